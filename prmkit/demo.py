@@ -1,0 +1,130 @@
+"""``prmkit demo``: the main job, run by ``make demo``.
+
+Until the lab-world demo lands (it needs trained PRMs, search and labeling), this runs the real
+parts that exist, on the public data in ``../shared/data``, and prints what it measured:
+
+1. converts real PRM data (ProcessBench dev slice, Math-Shepherd and PRM800K samples) into
+   prmkit records;
+2. best-of-4 on GSM8K test problems with the four model solutions the GSM8K paper released
+   (Cobbe et al., 2021): first candidate, majority vote and the oracle (pass@4), grading each
+   extracted answer against the reference;
+3. scores ProcessBench solutions with the default model (an untrained backbone read in the
+   Math-Shepherd format) in one pass and per prefix, in float32, and reports their largest
+   difference and the speed ratio. The scores themselves say nothing about step quality.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from prmkit import answers, formats, select
+from prmkit.errors import PrmkitError
+from prmkit.records import Record, iter_jsonl, write_records
+
+GSM8K_SOLVERS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
+
+
+def default_data_dir() -> str:
+    env = os.environ.get("PRMKIT_SHARED_DATA")
+    if env:
+        return env
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.join(os.path.dirname(here), "shared", "data")
+
+
+def gsm8k_candidates(path: str) -> list[Record]:
+    """The GSM8K paper's model solutions as candidate records, four per test problem."""
+    out: list[Record] = []
+    for lineno, row in iter_jsonl(path):
+        reference = answers.extract_answer(row["ground_truth"])
+        for solver in GSM8K_SOLVERS:
+            sol = row[solver]["solution"]
+            steps = [s for s in sol.split("\n") if s.strip()]
+            out.append(Record(id=f"gsm8k-{lineno - 1}-{solver}", group=f"gsm8k-{lineno - 1}",
+                              problem=row["question"], steps=steps,
+                              answer=answers.extract_answer(sol), reference=reference,
+                              is_correct=bool(row[solver]["is_correct"]),
+                              meta={"solver": solver}))
+    return out
+
+
+def run(data: str | None, output: str, score_n: int = 16) -> int:
+    data = data or default_data_dir()
+    if not os.path.isdir(data):
+        raise PrmkitError(f"{data}: no shared data folder (pass --data DIR or set PRMKIT_SHARED_DATA)")
+    os.makedirs(output, exist_ok=True)
+    rows: list[tuple[str, str]] = []
+    t0 = time.time()
+
+    # 1. conversions
+    print("1. converting real PRM data to prmkit records", flush=True)
+    pb: list[Record] = []
+    for split in ("gsm8k", "math", "olympiadbench", "omnimath"):
+        path = os.path.join(data, "processbench_dev", f"{split}.json")
+        if os.path.exists(path):
+            pb += list(formats.read("processbench", path))
+    write_records(os.path.join(output, "processbench_dev.jsonl"), pb)
+    n_err = sum(1 for r in pb if r.first_error != -1)
+    rows.append(("ProcessBench dev records (with an error / all correct)",
+                 f"{len(pb)} ({n_err} / {len(pb) - n_err})"))
+    for fmt, name in (("math-shepherd", "samples_math-shepherd.jsonl"),
+                      ("prm800k", "samples_prm800k.jsonl")):
+        recs = list(formats.read(fmt, os.path.join(data, "format_samples", name)))
+        write_records(os.path.join(output, f"{fmt}_sample.jsonl"), recs)
+        labelled = sum(1 for r in recs for x in (r.labels or []) if x is not None)
+        rows.append((f"{fmt} sample: records, labelled steps", f"{len(recs)}, {labelled}"))
+
+    # 2. best-of-4 baselines on GSM8K
+    print("2. best-of-4 on GSM8K test with the GSM8K paper's model solutions", flush=True)
+    cands = gsm8k_candidates(os.path.join(data, "gsm8k", "example_model_solutions.jsonl"))
+    write_records(os.path.join(output, "gsm8k_candidates.jsonl"), cands)
+    n_groups = len({c.group for c in cands})
+    first = [c for c in cands if c.meta["solver"] == GSM8K_SOLVERS[0]]
+    best_single = max(GSM8K_SOLVERS, key=lambda s: sum(bool(c.is_correct) for c in cands
+                                                       if c.meta["solver"] == s))
+    single = [c for c in cands if c.meta["solver"] == best_single]
+    for label, chosen in (("first candidate (6b_finetuning)", first),
+                          (f"best single solver ({best_single})", single),
+                          ("majority vote of 4", select.select(cands, "majority")),
+                          ("oracle, pass@4", select.select(cands, "oracle"))):
+        acc = select.accuracy(chosen)
+        rows.append((f"GSM8K test, {n_groups} problems: {label}", f"{100 * acc:.1f}%"))
+
+    # 3. one-pass vs per-prefix scoring with the default model
+    if score_n > 0:
+        print(f"3. scoring {score_n} ProcessBench solutions with smollm2-135m (float32), "
+              f"one pass and per prefix", flush=True)
+        from prmkit.models.hf import HFConfig, load_hf_prm
+
+        prm = load_hf_prm("smollm2-135m", "math-shepherd", HFConfig(dtype="float32"))
+        sample = pb[:score_n]
+        problems, steps = [r.problem for r in sample], [r.steps for r in sample]
+        t = time.perf_counter()
+        one = prm.score(problems, steps)
+        t_one = time.perf_counter() - t
+        t = time.perf_counter()
+        pre = prm.score_per_prefix(problems, steps)
+        t_pre = time.perf_counter() - t
+        diff = max(abs(a - b) for x, y in zip(one, pre) for a, b in zip(x, y)
+                   if a is not None and b is not None)
+        for rec, s in zip(sample, one):
+            rec.step_scores = s
+        write_records(os.path.join(output, "processbench_scored_backbone.jsonl"), sample)
+        n_steps = sum(len(s) for s in steps)
+        rows.append((f"scoring {score_n} solutions / {n_steps} steps, float32: "
+                     f"max |one-pass - per-prefix|", f"{diff:.1e}"))
+        rows.append(("  one-pass speed over per-prefix speed", f"{t_pre / t_one:.1f}x "
+                     f"({t_one:.1f} s vs {t_pre:.1f} s)"))
+
+    width = max(len(k) for k, _ in rows)
+    print("\nprmkit demo: what was measured (data: " + data + ")")
+    for k, v in rows:
+        print(f"  {k.ljust(width)}  {v}")
+    print(f"files in {output}/; total {time.time() - t0:.0f} s on {os.cpu_count()} cores")
+    with open(os.path.join(output, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(dict(rows), f, indent=2)
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,60 @@
+"""Tiny models and a tokenizer built locally from configs, for fast exact tests (no network)."""
+
+from __future__ import annotations
+
+import functools
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+CORPUS = [
+    "What is 2 + 3? Step 1: 2 + 3 = 5. ки\nStep 2: The answer is 5. ки",
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many in May.",
+    "+ - + - ки ки <extra_0> The answer is \\boxed{10}. 1/2 = 0.5 \n\n",
+    "Let's call the price of a pencil p and the price of a jumbo eraser e.",
+]
+
+
+@functools.lru_cache(maxsize=None)
+def tokenizer():
+    """A byte-level BPE tokenizer (vocab ~400) with ChatML specials and a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<extra_0>"]
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS * 4, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>")
+    fast.chat_template = CHATML
+    return fast
+
+
+def llama_config(**kw):
+    from transformers import LlamaConfig
+
+    tok = tokenizer()
+    return LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       max_position_embeddings=8192, pad_token_id=tok.pad_token_id,
+                       eos_token_id=tok.eos_token_id, bos_token_id=None, **kw)
+
+
+def causal_lm(seed: int = 0):
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(llama_config()).eval()
+
+
+def token_classifier(num_labels: int = 2, seed: int = 0):
+    import torch
+    from transformers import LlamaForTokenClassification
+
+    torch.manual_seed(seed)
+    return LlamaForTokenClassification(llama_config(num_labels=num_labels)).eval()
