@@ -71,7 +71,9 @@ def _run_convert(args: argparse.Namespace) -> int:
         strip_calculator=args.strip_calculator, math_shepherd_labels=args.math_shepherd_labels,
         prm800k_alternatives=args.prm800k_alternatives, skip_empty=args.skip_empty,
         prmbench_later_steps=value[args.prmbench_later_steps])
-    n = formats.write(args.dst, args.output, formats.read(args.src, args.input, options), options)
+    # Read (and validate) the whole input first: a bad line is reported before any output.
+    records = list(formats.read(args.src, args.input, options))
+    n = formats.write(args.dst, args.output, records, options)
     print(f"converted {n} records: {args.input} ({args.src}) -> {args.output} ({args.dst})",
           file=sys.stderr)
     return 0
@@ -133,13 +135,16 @@ def _run_score(args: argparse.Namespace) -> int:
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
     if args.chunk < 1:
         raise PrmkitError(f"--chunk must be positive, got {args.chunk}")
-    writer = ResumableWriter(args.output, resume=not args.no_resume)
-    done = writer.done_ids()
+    partial = args.output + ".partial"
+    done: set[str] = set()
+    if not args.no_resume and os.path.exists(partial):
+        done = ResumableWriter(args.output).done_ids()  # only reads what is finished
     todo = [r for r in records if r.id not in done]
+    prm = load_hf_prm(args.model, args.format, config) if todo else None  # before any output
+    writer = ResumableWriter(args.output, resume=not args.no_resume)
     if done:
         print(f"resuming: {len(records) - len(todo)} of {len(records)} records already scored",
               file=sys.stderr)
-    prm = load_hf_prm(args.model, args.format, config) if todo else None
     # Longest first across the whole file, so batches are tight; written chunk by chunk.
     todo.sort(key=lambda r: -sum(len(s) for s in r.steps) - len(r.problem))
     with tqdm(total=len(records), initial=len(records) - len(todo), desc="score",
@@ -170,8 +175,8 @@ def _add_select(sub: Any) -> None:
 
     p = _parser(sub, "select", "choose one candidate per group (best-of-N)",
                 "Choose one record per `group` (records without a group are their own group) "
-                "and write the chosen records. When every record has `is_correct`, print the "
-                "accuracy of the choice.\n\n" + (select.__doc__ or "").split("\n\n", 2)[-1])
+                "and write the chosen records. When every chosen record has `is_correct`, print "
+                "the accuracy of the choice.\n\n" + (select.__doc__ or "").split("\n\n", 2)[-1])
     p.add_argument("--input", required=True, help="candidate records (prmkit JSONL)")
     p.add_argument("--by", required=True, choices=select.METHODS, help="selection method")
     p.add_argument("--weight-by", default="prod", choices=["prod", "min", "last", "mean", "geomean"],
@@ -230,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="prmkit: process reward models. Label, train, score, select, evaluate.")
     parser.add_argument("--version", action="version", version=f"prmkit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show debug logging")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                help="run `prmkit COMMAND --help` for its options")
     for add in COMMANDS:
         add(sub)
     return parser

@@ -193,11 +193,11 @@ def _check_per_step(values: Any, n: int, name: str, unit_interval: bool) -> None
 # reading
 
 
-def _open_input(path: str) -> IO[str]:
+def _open_input(path: str) -> IO[bytes]:
     if path == "-":
-        return sys.stdin
+        return sys.stdin.buffer
     try:
-        return open(path, encoding="utf-8")
+        return open(path, "rb")
     except FileNotFoundError:
         raise PrmkitError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -209,23 +209,26 @@ def _open_input(path: str) -> IO[str]:
 def iter_jsonl(path: str) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, parsed_object)`` for each non-blank line of a JSONL file.
 
-    A line that is not valid JSON raises :class:`RecordError` naming the file and the line.
+    A line that is not valid UTF-8 or not valid JSON raises :class:`RecordError` naming the
+    file and the line. A UTF-8 byte-order mark at the start is accepted.
     """
     f = _open_input(path)
     try:
-        for lineno, text in enumerate(f, start=1):
+        for lineno, raw in enumerate(f, start=1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise RecordError(f"not valid UTF-8 (byte {e.start + 1})", path, lineno) from None
             if not text.strip():
                 continue
             try:
                 yield lineno, json.loads(text)
             except json.JSONDecodeError as e:
                 raise RecordError(f"invalid JSON: {e.msg} (column {e.colno})", path, lineno) from None
-            except UnicodeDecodeError:
-                raise RecordError("not valid UTF-8", path, lineno) from None
-    except UnicodeDecodeError:
-        raise RecordError("not valid UTF-8 text", path) from None
     finally:
-        if f is not sys.stdin:
+        if f is not sys.stdin.buffer:
             f.close()
 
 
@@ -267,8 +270,13 @@ def atomic_output(path: str) -> Iterator[IO[str]]:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise PrmkitError(f"{path}: the folder {directory} does not exist")
+    if os.path.isdir(path):
+        raise PrmkitError(f"{path}: is a directory, expected a file")
     tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    f = open(tmp, "w", encoding="utf-8")
+    try:
+        f = open(tmp, "w", encoding="utf-8")
+    except OSError as e:
+        raise PrmkitError(f"{path}: cannot write ({e.strerror})") from None
     try:
         yield f
         f.flush()
@@ -315,26 +323,30 @@ class ResumableWriter:
         self.path = path
         self.partial = path + ".partial"
         self._done: dict[str, dict[str, Any]] = {}
-        if resume and os.path.exists(self.partial):
-            good = self._load_partial()
-            with open(self.partial, "w", encoding="utf-8") as f:
-                f.writelines(good)
-        elif not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise PrmkitError(f"{path}: the folder does not exist")
+        if os.path.isdir(path):
+            raise PrmkitError(f"{path}: is a directory, expected a file")
+        if resume and os.path.exists(self.partial):
+            # Cut the file back to its last complete record (in place: nothing finished is lost).
+            os.truncate(self.partial, self._load_partial())
         self._f = open(self.partial, "a" if resume else "w", encoding="utf-8")
 
-    def _load_partial(self) -> list[str]:
-        good: list[str] = []
-        with open(self.partial, encoding="utf-8") as f:
-            for text in f:
-                if not text.endswith("\n"):
+    def _load_partial(self) -> int:
+        """Read finished records; return the byte length of the complete ones."""
+        good = 0
+        with open(self.partial, "rb") as f:
+            for raw in f:
+                if not raw.endswith(b"\n"):
                     break  # torn write: redo that record
                 try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError:
+                    obj = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
                     break
-                self._done[str(obj.get("id"))] = obj
-                good.append(text)
+                if not isinstance(obj, dict) or "id" not in obj:
+                    break
+                self._done[str(obj["id"])] = obj
+                good += len(raw)
         return good
 
     def done_ids(self) -> set[str]:

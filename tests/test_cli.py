@@ -299,9 +299,6 @@ def test_score_model_path_does_not_exist(tmp_path, capsys):
     assert not (tmp_path / "scored.jsonl").exists()
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="BUG: score opens OUT.partial (ResumableWriter) before loading the "
-                          "model, so a model that fails to load leaves an empty scored.jsonl.partial")
 def test_score_model_failure_leaves_no_partial(tmp_path, capsys):
     src = write_jsonl(tmp_path / "in.jsonl", [rec("a")])
     rc, _, _ = score(capsys, tmp_path, src, tmp_path / "no-such-model")

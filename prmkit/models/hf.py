@@ -260,12 +260,13 @@ def load_hf_prm(model: str, step_format: str | StepFormat | None = None,
                 config: HFConfig | None = None) -> HFPRM:
     """Load a PRM: weights from safetensors, the step format from the model folder
     (``prmkit_format.json``) unless one is given."""
+    config = config or HFConfig()
+    path = resolve_model_path(model)  # a missing model is reported before the heavy imports
+
     import torch
     from transformers import (AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification,
                               AutoTokenizer)
 
-    config = config or HFConfig()
-    path = resolve_model_path(model)
     if step_format is None:
         saved = os.path.join(path, FORMAT_FILE)
         if not os.path.isfile(saved):
