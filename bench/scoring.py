@@ -61,7 +61,7 @@ def bare_forward(prm, encs, batches, full_model: bool) -> float:
             if full_model:
                 prm.model(input_ids=ids, attention_mask=mask)
             else:
-                prm._backbone(input_ids=ids)
+                prm.reader.backbone(input_ids=ids)
         seconds += time.perf_counter() - t
     return seconds
 

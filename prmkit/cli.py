@@ -98,8 +98,13 @@ def _add_score(sub: Any) -> None:
                 "Step formats (--format):\n" + presets + "\n\nDefault models (--model):\n"
                 + defaults + "\n  The default models are untrained backbones here: their "
                 "scores are only useful for testing and benchmarks, not as a PRM's judgement.")
-    p.add_argument("--model", required=True,
-                   help="a model folder (safetensors), a default model name, or a hub id")
+    p.add_argument("--model", default=None,
+                   help="a model folder (safetensors; a trained prmkit PRM or ORM), a default "
+                        "model name, a hub id, or the URL of a running `prmkit serve` "
+                        "(http://HOST:PORT). Default: the default prmkit PRM shipped in the "
+                        "package (SmolLM2-135M fine-tuned on PRM800K; see its model card)")
+    p.add_argument("--token", default=None,
+                   help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN)")
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
                         "saved in the model folder")
@@ -124,10 +129,32 @@ def _add_score(sub: Any) -> None:
     p.set_defaults(run=_run_score)
 
 
+def _open_scorer(args: argparse.Namespace, config: Any) -> tuple[Any, str]:
+    """The PRM to score with, and its kind (prm, or orm for an outcome model)."""
+    from prmkit.models.hf import load_hf_prm, resolve_model_path
+    from prmkit.models.remote import RemotePRM, is_remote
+    from prmkit.train.modeldir import read_train_info
+
+    model = args.model or default_prm_path()
+    if is_remote(model):
+        return RemotePRM(model, token=args.token), "prm"
+    kind = read_train_info(resolve_model_path(model)).get("kind", "prm") \
+        if os.path.isdir(model) else "prm"
+    return load_hf_prm(model, args.format, config), kind
+
+
+def default_prm_path() -> str:
+    from prmkit.models.pypi import DEFAULT_PRM_DIR
+
+    if not os.path.isfile(os.path.join(DEFAULT_PRM_DIR, "prmkit_format.json")):
+        raise PrmkitError("no default PRM is installed with this prmkit; pass --model")
+    return DEFAULT_PRM_DIR
+
+
 def _run_score(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from prmkit.models.hf import HFConfig, load_hf_prm
+    from prmkit.models.hf import HFConfig
     from prmkit.records import ResumableWriter, read_records
 
     records = read_records(args.input)
@@ -140,7 +167,7 @@ def _run_score(args: argparse.Namespace) -> int:
     if not args.no_resume and os.path.exists(partial):
         done = ResumableWriter(args.output).done_ids()  # only reads what is finished
     todo = [r for r in records if r.id not in done]
-    prm = load_hf_prm(args.model, args.format, config) if todo else None  # before any output
+    prm, kind = _open_scorer(args, config) if todo else (None, "prm")  # before any output
     writer = ResumableWriter(args.output, resume=not args.no_resume)
     if done:
         print(f"resuming: {len(records) - len(todo)} of {len(records)} records already scored",
@@ -155,7 +182,10 @@ def _run_score(args: argparse.Namespace) -> int:
             scored = (prm.score_per_prefix(problems, steps) if args.per_prefix
                       else prm.score(problems, steps))
             for rec, scores in zip(chunk, scored):
-                rec.step_scores = scores
+                if kind == "orm":  # one score for the whole solution, read at its end
+                    rec.meta["outcome_score"] = scores[-1]
+                else:
+                    rec.step_scores = scores
                 writer.write(rec)
             bar.update(len(chunk))
     writer.close(order=[r.id for r in records])
@@ -226,7 +256,14 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------
 
-COMMANDS: list[Callable[[Any], None]] = [_add_convert, _add_score, _add_select, _add_demo]
+def _add_train(sub: Any) -> None:
+    from prmkit.train.cli import add_train
+
+    add_train(sub)
+
+
+COMMANDS: list[Callable[[Any], None]] = [_add_convert, _add_score, _add_select, _add_train,
+                                         _add_demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -104,12 +104,7 @@ class HFPRM:
         self.drop_mask = (getattr(mc, "model_type", "") not in BIDIRECTIONAL
                           and not getattr(mc, "is_encoder_decoder", False)) if drop is None else drop
         self.device = next(model.parameters()).device
-        if step_format.reading == "label-tokens":
-            self._lm_head = model.get_output_embeddings()
-            self._backbone = getattr(model, getattr(model, "base_model_prefix", "model"), None)
-            modifies_logits = any(getattr(mc, a, None) for a in ("final_logit_softcapping", "logit_scale"))
-            if self._lm_head is None or self._backbone is None or modifies_logits:
-                self._backbone = None  # fall back to the full forward pass
+        self.reader = Reader(model, step_format, self.bound)
         self._check_head()
 
     def _check_head(self) -> None:
@@ -171,33 +166,14 @@ class HFPRM:
         return enc
 
     def batches(self, lengths: Sequence[int]) -> list[list[int]]:
-        """Indices grouped into batches: sorted longest first, each batch's padded size
-        (batch size x its longest member) within the token budget."""
-        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-        batches: list[list[int]] = []
-        current: list[int] = []
-        for i in order:
-            longest = lengths[current[0]] if current else lengths[i]
-            if current and longest * (len(current) + 1) > self.config.token_budget:
-                batches.append(current)
-                current = []
-            current.append(i)
-        if current:
-            batches.append(current)
-        return batches
+        return token_budget_batches(lengths, self.config.token_budget)
 
     def _forward_read(self, encs: Sequence[Encoded]) -> list[list[float]]:
         """One forward pass over right-padded sequences; the scores at each read position."""
         torch = self.torch
-        width = max(len(e.input_ids) for e in encs)
-        ids = torch.full((len(encs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(encs), width), dtype=torch.long)
-        rows, cols = [], []
-        for b, e in enumerate(encs):
-            ids[b, :len(e.input_ids)] = torch.tensor(e.input_ids, dtype=torch.long)
-            mask[b, :len(e.input_ids)] = 1
-            rows += [b] * len(e.read_positions)
-            cols += e.read_positions
+        ids, mask = pad_right([e.input_ids for e in encs], self.pad_id)
+        rows = [b for b, e in enumerate(encs) for _ in e.read_positions]
+        cols = [p for e in encs for p in e.read_positions]
         self.stats.forwards += 1
         self.stats.real_tokens += int(mask.sum())
         self.stats.computed_tokens += ids.numel()
@@ -216,19 +192,109 @@ class HFPRM:
 
     def _read(self, ids: Any, attn: Any, rows: Any, cols: Any) -> Any:
         """Scores in [0, 1] at (rows, cols), per the format's reading rule."""
-        torch, fmt = self.torch, self.format
-        if fmt.reading == "label-tokens":
-            pair = [self.bound.positive_id, self.bound.negative_id]
-            if self._backbone is not None:
-                hidden = self._backbone(input_ids=ids, attention_mask=attn).last_hidden_state
-                logits = self._lm_head(hidden[rows, cols])[:, pair]
-            else:
-                logits = self.model(input_ids=ids, attention_mask=attn).logits[rows, cols][:, pair]
-            return torch.softmax(logits.float(), dim=-1)[:, 0]
-        logits = _logits(self.model(input_ids=ids, attention_mask=attn))[rows, cols].float()
-        if fmt.reading == "value":
+        return self.reader.probabilities(self.reader.logits(ids, attn, rows, cols))
+
+
+def token_budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices grouped into batches: sorted longest first, each batch's padded size
+    (batch size x its longest member) within ``budget`` (a longer sequence goes alone)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = lengths[current[0]] if current else lengths[i]
+        if current and longest * (len(current) + 1) > budget:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
+    """(ids, mask) tensors, right-padded: real tokens first in every row."""
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for b, s in enumerate(seqs):
+        ids[b, :len(s)] = torch.tensor(list(s), dtype=torch.long)
+        mask[b, :len(s)] = 1
+    return ids, mask
+
+
+class Reader:
+    """Reads a model's outputs at step positions: the one place both the scorer and the trainer
+    get step logits from, so the positions the trainer labels are the positions the scorer reads.
+
+    ``logits`` returns, per read position, two logits ``[positive, negative]`` for label-token
+    models, the class logits for a classification head, or the one logit of a value head.
+    """
+
+    def __init__(self, model: Any, step_format: StepFormat, bound: BoundFormat):
+        self.model, self.format = model, step_format
+        self.pair = [bound.positive_id, bound.negative_id]
+        self.backbone = self.lm_head = None
+        if step_format.reading == "label-tokens":
+            mc = model.config
+            lm_head = model.get_output_embeddings()
+            backbone = getattr(model, getattr(model, "base_model_prefix", "model"), None)
+            modifies_logits = any(getattr(mc, a, None) for a in ("final_logit_softcapping", "logit_scale"))
+            if lm_head is not None and backbone is not None and not modifies_logits:
+                # only the read positions go through the vocabulary projection
+                self.backbone, self.lm_head = backbone, lm_head
+
+    def logits(self, ids: Any, attn: Any, rows: Any, cols: Any, via: Any = None) -> Any:
+        """Logits at (rows, cols). ``via`` runs the forward through a wrapper of the model
+        (DDP must see the forward call); it then takes the full forward path."""
+        model = via if via is not None else self.model
+        if self.format.reading == "label-tokens":
+            if self.backbone is not None and via is None:
+                hidden = self.backbone(input_ids=ids, attention_mask=attn).last_hidden_state
+                return self.lm_head(hidden[rows, cols])[:, self.pair]
+            return model(input_ids=ids, attention_mask=attn).logits[rows, cols][:, self.pair]
+        return _logits(model(input_ids=ids, attention_mask=attn))[rows, cols]
+
+    def probabilities(self, logits: Any) -> Any:
+        """P(step is correct) from :meth:`logits`."""
+        import torch
+
+        logits = logits.float()
+        if self.format.reading == "label-tokens":
+            return torch.softmax(logits, dim=-1)[:, 0]
+        if self.format.reading == "value":
             return torch.sigmoid(logits[:, 0])
-        return torch.softmax(logits, dim=-1)[:, fmt.positive_class]
+        return torch.softmax(logits, dim=-1)[:, self.format.positive_class]
+
+    def margin(self, logits: Any) -> Any:
+        """The reward as one real number per position: logit(P(correct)) for two-way readings,
+        the raw logit of a value head (used by pairwise Bradley-Terry training)."""
+        logits = logits.float()
+        if self.format.reading == "value":
+            return logits[:, 0]
+        if self.format.reading == "label-tokens":
+            return logits[:, 0] - logits[:, 1]
+        return logits[:, self.format.positive_class] - logits[:, 1 - self.format.positive_class]
+
+    def loss(self, logits: Any, targets: Any) -> Any:
+        """Cross-entropy against soft targets p in [0, 1] (hard labels are 0 or 1): the
+        positive token or class gets p, the other 1 - p; a value head uses binary CE."""
+        import torch
+        import torch.nn.functional as F
+
+        logits = logits.float()
+        if self.format.reading == "value":
+            return F.binary_cross_entropy_with_logits(logits[:, 0], targets)
+        logp = torch.log_softmax(logits, dim=-1)
+        if self.format.reading == "label-tokens":
+            pos, neg = logp[:, 0], logp[:, 1]
+        else:
+            if logits.shape[-1] != 2:
+                raise PrmkitError(f"training a class head needs 2 classes, the model has {logits.shape[-1]}")
+            pos, neg = logp[:, self.format.positive_class], logp[:, 1 - self.format.positive_class]
+        return -(targets * pos + (1 - targets) * neg).mean()
 
 
 def _logits(output: Any) -> Any:
@@ -246,7 +312,9 @@ def resolve_model_path(name_or_path: str) -> str:
     if name_or_path in DEFAULT_MODELS:
         return resolve(name_or_path)
     if os.path.isdir(name_or_path):
-        if not os.path.isfile(os.path.join(name_or_path, "config.json")):
+        from prmkit.train.modeldir import is_delta
+
+        if not (os.path.isfile(os.path.join(name_or_path, "config.json")) or is_delta(name_or_path)):
             raise PrmkitError(f"{name_or_path}: not a model folder (no config.json)")
         return name_or_path
     looks_like_hub_id = name_or_path.count("/") == 1 and not name_or_path.startswith((".", "/", "~"))
@@ -256,16 +324,21 @@ def resolve_model_path(name_or_path: str) -> str:
                       f"{', '.join(DEFAULT_MODELS)})")
 
 
+TORCH_DTYPES = {"auto": "bfloat16", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
 def load_hf_prm(model: str, step_format: str | StepFormat | None = None,
                 config: HFConfig | None = None) -> HFPRM:
     """Load a PRM: weights from safetensors, the step format from the model folder
-    (``prmkit_format.json``) unless one is given."""
+    (``prmkit_format.json``) unless one is given. Trained prmkit folders (full or delta, see
+    :mod:`prmkit.train.modeldir`) load the same way."""
     config = config or HFConfig()
     path = resolve_model_path(model)  # a missing model is reported before the heavy imports
 
     import torch
-    from transformers import (AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification,
-                              AutoTokenizer)
+    from transformers import AutoModel, AutoTokenizer
+
+    from prmkit.train import modeldir
 
     if step_format is None:
         saved = os.path.join(path, FORMAT_FILE)
@@ -274,21 +347,22 @@ def load_hf_prm(model: str, step_format: str | StepFormat | None = None,
                               f"reads with --format (math-shepherd, qwen-prm, trl, rlhflow, prmkit)")
         step_format = saved
     fmt = get_format(step_format) if isinstance(step_format, str) else step_format
-    dtype = {"auto": torch.bfloat16, "float32": torch.float32, "bfloat16": torch.bfloat16,
-             "float16": torch.float16}[config.dtype]
-    kwargs = dict(dtype=dtype, use_safetensors=True, trust_remote_code=config.trust_remote_code)
+    dtype = getattr(torch, TORCH_DTYPES[config.dtype])
+    architecture = modeldir.architecture_of(fmt.reading)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=config.trust_remote_code)
-        if fmt.reading == "label-tokens":
-            net = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        if modeldir.is_delta(path):
+            net = modeldir.load_delta(path, dtype)
         else:
             try:
-                net, info = AutoModelForTokenClassification.from_pretrained(
-                    path, output_loading_info=True, **kwargs)
+                net, info = modeldir.load_model(path, architecture, None, dtype,
+                                                config.trust_remote_code)
             except ValueError:  # a custom architecture (e.g. Qwen2.5-Math-PRM) with its own head
-                if not config.trust_remote_code:
+                if architecture == "causal-lm" or not config.trust_remote_code:
                     raise
-                net, info = AutoModel.from_pretrained(path, output_loading_info=True, **kwargs), {}
+                net = AutoModel.from_pretrained(path, dtype=dtype, use_safetensors=True,
+                                                trust_remote_code=True)
+                info = {}
             head_missing = [k for k in info.get("missing_keys", []) if "score" in k or "classifier" in k]
             if head_missing:
                 raise PrmkitError(f"model {model!r} has no trained classification head "

@@ -35,6 +35,11 @@ DEFAULT_MODELS: dict[str, PypiModel] = {
 }
 
 
+# The default prmkit PRM: SmolLM2-135M with its last layers and a 2-class head fine-tuned on
+# PRM800K human step labels, shipped as a delta (see prmkit/train/modeldir.py and its card).
+DEFAULT_PRM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default_prm")
+
+
 def cache_dir() -> str:
     return os.path.join(os.environ.get("PRMKIT_CACHE", os.path.expanduser("~/.cache/prmkit")), "models")
 

@@ -1,0 +1,335 @@
+"""The training loop that the PRM and ORM trainers share.
+
+* which parameters train: ``full`` (everything), ``lora`` (low-rank adapters through ``peft``,
+  Hu et al. 2021, plus the new head), or ``last-k`` (the last k transformer layers, the final
+  norm and the head; the practical choice on a CPU, where a full fine-tune of a 135M model costs
+  3 to 10 s a batch);
+* batches: examples sorted by length and packed under a token budget, the batch order shuffled
+  per epoch from the seed, so a resumed run sees exactly the batches an unbroken run would;
+* the loss: :meth:`prmkit.models.hf.Reader.loss` at the read positions of the step format
+  (the same reader the scorer uses, so the trainer labels exactly the positions the scorer reads);
+* validation every ``eval_every`` optimiser steps (default: each epoch's end) and after the last
+  step, a fitness score
+  from the caller, ``DIR/metrics.jsonl``, ``DIR/last/`` and ``DIR/best/`` (like a detector
+  trainer's last.pt and best.pt), and resume from ``DIR/last/`` after a kill;
+* ``accelerate``: the loop runs unchanged under ``accelerate launch`` (DDP on CPU with gloo, or
+  GPUs; DeepSpeed ZeRO through an accelerate config). Each process takes its share of every
+  optimiser step's batches; only the main process validates and writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from prmkit.errors import PrmkitError
+
+TRAIN_MODES = ("last-k", "lora", "full")
+
+
+@dataclass
+class LoopConfig:
+    """Optimisation options shared by ``train prm`` and ``train orm``."""
+
+    train: str = field(default="last-k", metadata={
+        "help": "what trains: last-k (last k layers + final norm + head), lora, or full"})
+    last_k: int = field(default=2, metadata={"help": "layers trained by --train last-k"})
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (scale = alpha / r)"})
+    epochs: int = field(default=1, metadata={"help": "passes over the training data"})
+    max_steps: int | None = field(default=None, metadata={
+        "help": "stop after this many optimiser steps (overrides --epochs)"})
+    lr: float = field(default=2e-4, metadata={"help": "peak learning rate (AdamW)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    warmup: float = field(default=0.05, metadata={
+        "help": "fraction of steps with a linear warm-up; then linear decay to 0"})
+    batch_tokens: int = field(default=4096, metadata={
+        "help": "token budget of one batch (longest sequence x batch size)"})
+    grad_accum: int = field(default=1, metadata={"help": "batches per optimiser step"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
+    eval_every: int | None = field(default=None, metadata={
+        "help": "validate (and save last/) every N optimiser steps; default: at each epoch's "
+                "end. Always after the last step"})
+    seed: int = field(default=0, metadata={"help": "seed for the head, batch order, dropout"})
+    resume: bool = field(default=True, metadata={"help": "continue from DIR/last/ if present"})
+
+    def __post_init__(self) -> None:
+        if self.train not in TRAIN_MODES:
+            raise PrmkitError(f"--train {self.train!r} is not one of {', '.join(TRAIN_MODES)}")
+        for name in ("last_k", "lora_r", "epochs", "batch_tokens", "grad_accum"):
+            if getattr(self, name) < 1:
+                raise PrmkitError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise PrmkitError("--max-steps must be at least 1")
+        if self.eval_every is not None and self.eval_every < 1:
+            raise PrmkitError("--eval-every must be at least 1")
+        if not (self.lr > 0 and 0 <= self.warmup < 1):
+            raise PrmkitError("--lr must be positive and --warmup in [0, 1)")
+
+
+@dataclass
+class Example:
+    """One training sequence: ids, where to read, and the target at each read position.
+
+    With ``rejected`` set, the example is a Bradley-Terry pair (this one chosen): both sequences
+    go into the same batch and the loss is -log sigmoid(r(chosen) - r(rejected)).
+    """
+
+    input_ids: list[int]
+    read_positions: list[int]
+    targets: list[float]
+    rejected: "Example | None" = None
+
+    def __len__(self) -> int:
+        return max(len(self.input_ids), len(self.rejected.input_ids) if self.rejected else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# trainable parameters
+
+
+def transformer_layers(model: Any) -> tuple[Any, Any]:
+    """(the list of transformer blocks, the final norm) of a decoder model."""
+    base = getattr(model, getattr(model, "base_model_prefix", "model"), model)
+    for layers_attr, norm_attr in (("layers", "norm"), ("h", "ln_f"), ("blocks", "norm_f")):
+        layers = getattr(base, layers_attr, None)
+        if layers is not None:
+            return layers, getattr(base, norm_attr, None)
+    raise PrmkitError(f"cannot find the transformer layers of {type(model).__name__}; "
+                      f"use --train full or lora")
+
+
+def head_names(model: Any) -> list[str]:
+    """Parameter names of a classification head (empty for a causal LM)."""
+    return [n for n, _ in model.named_parameters() if n.split(".")[0] in ("score", "classifier")]
+
+
+def set_trainable(model: Any, cfg: LoopConfig) -> Any:
+    """Freeze what must not train; returns the model to train (a peft model for LoRA).
+
+    With ``last-k`` on a label-token model the LM head stays frozen: it is usually tied to the
+    input embeddings, so training it would change every layer's input.
+    """
+    if cfg.train == "full":
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model
+    if cfg.train == "lora":
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError:
+            raise PrmkitError("--train lora needs peft: pip install 'prmkit[peft]'") from None
+        heads = sorted({n.split(".")[0] for n in head_names(model)})
+        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+                          target_modules="all-linear", modules_to_save=heads or None)
+        return get_peft_model(model, lora)
+    layers, norm = transformer_layers(model)
+    if cfg.last_k > len(layers):
+        raise PrmkitError(f"--last-k {cfg.last_k}: the model has only {len(layers)} layers")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for module in list(layers[-cfg.last_k:]) + ([norm] if norm is not None else []):
+        for p in module.parameters():
+            p.requires_grad_(True)
+    heads = set(head_names(model))
+    for n, p in model.named_parameters():
+        if n in heads:
+            p.requires_grad_(True)
+    return model
+
+
+def trainable_names(model: Any) -> list[str]:
+    return [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+# ---------------------------------------------------------------------------------------------
+# the loop
+
+
+class Loop:
+    """Runs optimiser steps over ``examples`` with validation, checkpoints and resume.
+
+    ``evaluate(model) -> dict`` returns validation metrics including ``cfg_fitness`` (higher is
+    better); ``save(model, folder, metrics)`` writes a usable model folder.
+    """
+
+    def __init__(self, model: Any, reader: Any, examples: Sequence[Example], cfg: LoopConfig,
+                 output: str, pad_id: int, fitness: str,
+                 evaluate: Callable[[Any], dict[str, float]],
+                 save: Callable[[Any, str, dict[str, Any]], None], drop_mask: bool = True,
+                 autocast_bf16: bool = False):
+        import torch
+        from accelerate import Accelerator
+
+        if not examples:
+            raise PrmkitError("no training examples with a labelled step")
+        self.torch, self.cfg, self.output = torch, cfg, output
+        self.reader, self.examples, self.pad_id, self.drop_mask = reader, examples, pad_id, drop_mask
+        self.fitness, self.evaluate, self.save = fitness, evaluate, save
+        self.autocast_bf16 = autocast_bf16
+        self.acc = Accelerator(cpu=not torch.cuda.is_available())
+        from prmkit.models.hf import token_budget_batches
+
+        # a pair counts twice against the budget: both of its sequences are in the batch
+        self.batches = token_budget_batches(
+            [len(e) * (2 if e.rejected else 1) for e in examples], cfg.batch_tokens)
+        # one optimiser step takes grad_accum batches on each process
+        self.per_step = cfg.grad_accum * self.acc.num_processes
+        self.steps_per_epoch = max(1, math.ceil(len(self.batches) / self.per_step))
+        self.total_steps = cfg.max_steps or cfg.epochs * self.steps_per_epoch
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise PrmkitError("nothing to train: no parameter requires a gradient")
+        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        warm = max(1, int(cfg.warmup * self.total_steps))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(
+            0.0, (self.total_steps - s) / max(1, self.total_steps - warm))))
+        self.model, self.opt = self.acc.prepare(model, opt)
+        self.sched = sched
+        self.step, self.best, self.running = 0, None, None
+        self.last_dir, self.best_dir = os.path.join(output, "last"), os.path.join(output, "best")
+        os.makedirs(output, exist_ok=True)
+
+    # -- state ------------------------------------------------------------------------------
+    def _state_path(self) -> str:
+        return os.path.join(self.last_dir, "trainer_state.json")
+
+    def try_resume(self) -> bool:
+        if not (self.cfg.resume and os.path.isfile(self._state_path())):
+            return False
+        from safetensors.torch import load_file
+
+        with open(self._state_path(), encoding="utf-8") as f:
+            state = json.load(f)
+        if state.get("total_steps") != self.total_steps:
+            raise PrmkitError(f"{self.last_dir}: was trained for {state.get('total_steps')} steps, "
+                              f"this run asks for {self.total_steps}; use a new --output or "
+                              f"--no-resume")
+        weights = load_file(os.path.join(self.last_dir, "trainable.safetensors"))
+        model = self.acc.unwrap_model(self.model)
+        missing = set(trainable_names(model)) - set(weights)
+        if missing:
+            raise PrmkitError(f"{self.last_dir}: checkpoint lacks {sorted(missing)[0]!r}")
+        model.load_state_dict(weights, strict=False)
+        opt_state = self.torch.load(os.path.join(self.last_dir, "optimizer.pt"), weights_only=True)
+        self.opt.load_state_dict(opt_state["optimizer"])
+        self.sched.load_state_dict(opt_state["scheduler"])
+        self.step, self.best = state["step"], state["best"]
+        self.running = state.get("running_loss")
+        return True
+
+    def _checkpoint(self, metrics: dict[str, Any]) -> None:
+        """Write last/ (usable model + what resuming needs) and, if better, best/."""
+        from safetensors.torch import save_file
+
+        model = self.acc.unwrap_model(self.model)
+        tmp = self.last_dir + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        self.save(model, tmp, metrics)
+        state = model.state_dict()
+        save_file({n: state[n].detach().contiguous().cpu() for n in trainable_names(model)},
+                  os.path.join(tmp, "trainable.safetensors"))
+        self.torch.save({"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict()},
+                        os.path.join(tmp, "optimizer.pt"))
+        improved = self.best is None or metrics[self.fitness] > self.best
+        if improved:
+            self.best = metrics[self.fitness]
+        with open(os.path.join(tmp, "trainer_state.json"), "w", encoding="utf-8") as f:
+            json.dump({"step": self.step, "total_steps": self.total_steps, "best": self.best,
+                       "running_loss": self.running,
+                       "fitness": self.fitness, "config": asdict(self.cfg)}, f, indent=2)
+        shutil.rmtree(self.last_dir, ignore_errors=True)
+        os.replace(tmp, self.last_dir)
+        if improved:
+            btmp = self.best_dir + ".tmp"
+            shutil.rmtree(btmp, ignore_errors=True)
+            shutil.copytree(self.last_dir, btmp, ignore=shutil.ignore_patterns(
+                "optimizer.pt", "trainable.safetensors", "trainer_state.json"))
+            shutil.rmtree(self.best_dir, ignore_errors=True)
+            os.replace(btmp, self.best_dir)
+
+    # -- one optimiser step -------------------------------------------------------------------
+    def _loss(self, batch: list[int]) -> Any:
+        from prmkit.models.hf import pad_right
+
+        torch = self.torch
+        exs = [self.examples[i] for i in batch]
+        pairs = exs[0].rejected is not None
+        seqs = exs + [e.rejected for e in exs] if pairs else exs
+        ids, mask = pad_right([e.input_ids for e in seqs], self.pad_id)
+        rows = torch.tensor([b for b, e in enumerate(seqs) for _ in e.read_positions])
+        cols = torch.tensor([p for e in seqs for p in e.read_positions])
+        dev = self.acc.device
+        attn = None if (self.drop_mask or bool(mask.all())) else mask.to(dev)
+        via = self.model if self.acc.num_processes > 1 else None  # DDP must see the forward
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=self.autocast_bf16):
+            logits = self.reader.logits(ids.to(dev), attn, rows.to(dev), cols.to(dev), via=via)
+        if pairs:
+            r = self.reader.margin(logits)
+            return -torch.nn.functional.logsigmoid(r[:len(exs)] - r[len(exs):]).mean()
+        targets = torch.tensor([t for e in exs for t in e.targets], dtype=torch.float32)
+        return self.reader.loss(logits, targets.to(dev))
+
+    def run(self) -> list[dict[str, Any]]:
+        from tqdm import tqdm
+
+        torch, cfg = self.torch, self.cfg
+        resumed = self.try_resume()
+        history: list[dict[str, Any]] = []
+        metrics_path = os.path.join(self.output, "metrics.jsonl")
+        if not resumed and self.acc.is_main_process and os.path.exists(metrics_path):
+            os.unlink(metrics_path)
+        self.model.train()
+        rank, world = self.acc.process_index, self.acc.num_processes
+        bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit="step",
+                   disable=None if self.acc.is_main_process else True)
+        t0 = time.time()
+        while self.step < self.total_steps:
+            epoch, k = divmod(self.step, self.steps_per_epoch)
+            order = list(range(len(self.batches)))
+            random.Random(cfg.seed * 1000003 + epoch).shuffle(order)
+            start = k * self.per_step + rank * cfg.grad_accum
+            # the last step of an epoch wraps around, so every process has batches to run
+            micro = [order[(start + j) % len(order)] for j in range(cfg.grad_accum)
+                     if start + j < len(order) or world > 1] or [order[start % len(order)]]
+            total = 0.0
+            # dropout draws depend only on (seed, step, process): a resumed run replays them
+            torch.manual_seed((cfg.seed * 1000003 + self.step) * 64 + rank)
+            for b in micro:
+                loss = self._loss(self.batches[b]) / len(micro)
+                self.acc.backward(loss)
+                total += float(loss.detach())
+            self.acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            self.opt.step()
+            self.sched.step()
+            self.opt.zero_grad(set_to_none=True)
+            self.step += 1
+            self.running = total if self.running is None else 0.9 * self.running + 0.1 * total
+            bar.update(1)
+            bar.set_postfix(loss=f"{self.running:.4f}", epoch=epoch + 1)
+            every = cfg.eval_every or self.steps_per_epoch  # default: each epoch's end
+            if self.step % every == 0 or self.step == self.total_steps:
+                self.acc.wait_for_everyone()
+                if self.acc.is_main_process:
+                    self.model.eval()
+                    m = dict(step=self.step, epoch=epoch + 1, train_loss=round(self.running, 6),
+                             **self.evaluate(self.acc.unwrap_model(self.model)),
+                             seconds=round(time.time() - t0, 1))
+                    if self.fitness == "neg_train_loss":  # no dev data
+                        m[self.fitness] = -m["train_loss"]
+                    self.model.train()
+                    self._checkpoint(m)
+                    with open(metrics_path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(m) + "\n")
+                    history.append(m)
+                    bar.write("  ".join(f"{k}={v}" for k, v in m.items()))
+                self.acc.wait_for_everyone()
+        bar.close()
+        return history

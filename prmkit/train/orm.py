@@ -1,0 +1,147 @@
+"""Train an outcome reward model (ORM), the baseline a PRM must beat.
+
+Papers: Cobbe et al. 2021, "Training Verifiers to Solve Math Word Problems" (outcome
+verifiers); Lightman et al. 2023, "Let's Verify Step by Step" (ORM vs PRM at equal budget);
+Ouyang et al. 2022 / Bradley & Terry 1952 (pairwise reward models).
+
+Two objectives, both read through the same step format as the PRM, at the read position of the
+solution's last step, so an ORM and a PRM trained with the same budget differ only in their
+labels:
+
+* ``outcome``: cross-entropy on ``is_correct`` (one label per solution);
+* ``pairwise``: Bradley-Terry, -log sigmoid(r(chosen) - r(rejected)), on pairs of a correct and
+  a wrong solution of the same problem (same ``group``); a pair's two sequences are always in the
+  same batch, as reward-model training usually does. r is the logit margin of the head.
+
+A solution too long for ``max_length`` cannot be read at its end and is left out (counted).
+The trained folder records ``kind: orm``; ``prmkit score`` then writes ``meta.outcome_score``.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from prmkit.errors import PrmkitError
+from prmkit.records import Record, read_records
+from prmkit.stepformat import BoundFormat
+from prmkit.train.loop import Example, Loop, LoopConfig, set_trainable
+from prmkit.train.prm import HEADS, _load_base, _pad_id, auc, make_saver, training_format
+
+OBJECTIVES = ("outcome", "pairwise")
+
+
+@dataclass
+class ORMTrainConfig:
+    """``prmkit train orm``: outcome classification or pairwise Bradley-Terry."""
+
+    base: str = field(metadata={"help": "base model: a default name (smollm2-135m), a folder"})
+    data: str = field(metadata={"help": "training records with is_correct (and group, for pairwise)"})
+    output: str = field(metadata={"help": "output folder: best/, last/, metrics.jsonl"})
+    eval_data: str | None = field(default=None, metadata={"help": "dev records with is_correct"})
+    objective: str = field(default="outcome", metadata={"help": "outcome or pairwise"})
+    format: str = field(default="prmkit", metadata={"help": "step format preset or JSON"})
+    head: str = field(default="class", metadata={"help": "class (2-class head) or label-tokens"})
+    max_length: int = field(default=1024, metadata={"help": "longer solutions are left out"})
+    max_pairs_per_group: int = field(default=4, metadata={
+        "help": "pairwise: at most this many (correct, wrong) pairs per problem"})
+    dtype: str = field(default="float32", metadata={
+        "help": "compute dtype: float32, or bfloat16 (autocast; float32 weights)"})
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    command: str = ""
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise PrmkitError(f"--objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
+        if self.head not in HEADS:
+            raise PrmkitError(f"--head {self.head!r} is not one of {', '.join(HEADS)}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise PrmkitError(f"--dtype {self.dtype!r} is not float32 or bfloat16")
+        if self.max_pairs_per_group < 1:
+            raise PrmkitError("--max-pairs-per-group must be at least 1")
+
+
+def _outcome_example(r: Record, bound: BoundFormat, max_length: int, target: float) -> Example | None:
+    enc = bound.encode(r.problem, r.steps, max_length=max_length)
+    if enc.truncated:
+        return None
+    last = enc.read_positions[-1]
+    return Example(enc.input_ids[:last + 1], [last], [target])
+
+
+def outcome_examples(records: Sequence[Record], bound: BoundFormat,
+                     max_length: int) -> tuple[list[Example], int]:
+    """One example per record with ``is_correct``; returns (examples, left out)."""
+    out, left = [], 0
+    for r in records:
+        ex = None if r.is_correct is None else _outcome_example(r, bound, max_length,
+                                                                 float(r.is_correct))
+        if ex is None:
+            left += 1
+        else:
+            out.append(ex)
+    return out, left
+
+
+def pair_examples(records: Sequence[Record], bound: BoundFormat, max_length: int,
+                  max_pairs: int, seed: int) -> tuple[list[Example], int]:
+    """(chosen, rejected) pairs within each group: chosen correct, rejected wrong."""
+    groups: dict[str, list[Record]] = {}
+    for r in records:
+        if r.is_correct is not None:
+            groups.setdefault(r.group or r.id, []).append(r)
+    rng = random.Random(seed)
+    out: list[Example] = []
+    left = 0
+    for members in groups.values():
+        good = [r for r in members if r.is_correct]
+        bad = [r for r in members if not r.is_correct]
+        pairs = [(g, b) for g in good for b in bad]
+        rng.shuffle(pairs)
+        for g, b in pairs[:max_pairs]:
+            chosen = _outcome_example(g, bound, max_length, 1.0)
+            rejected = _outcome_example(b, bound, max_length, 0.0)
+            if chosen is None or rejected is None:
+                left += 1
+                continue
+            chosen.rejected = rejected
+            out.append(chosen)
+    return out, left
+
+
+def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
+    from prmkit.models.hf import HFConfig, HFPRM, Reader
+
+    fmt = training_format(cfg.format, cfg.head)
+    train_records = read_records(cfg.data)
+    dev = [r for r in read_records(cfg.eval_data) if r.is_correct is not None] \
+        if cfg.eval_data else []
+    model, tokenizer = _load_base(cfg, fmt)
+    bound = fmt.bind(tokenizer)
+    if cfg.objective == "outcome":
+        examples, left = outcome_examples(train_records, bound, cfg.max_length)
+    else:
+        examples, left = pair_examples(train_records, bound, cfg.max_length,
+                                       cfg.max_pairs_per_group, cfg.loop.seed)
+    if left:
+        print(f"train orm: {left} {'records' if cfg.objective == 'outcome' else 'pairs'} left "
+              f"out (no is_correct, or longer than --max-length)", file=sys.stderr)
+    model = set_trainable(model, cfg.loop)
+    fitness = "dev_auc" if dev else "neg_train_loss"
+
+    def evaluate(m: Any) -> dict[str, float]:
+        if not dev:
+            return {}
+        prm = HFPRM(m, tokenizer, fmt, HFConfig(dtype="float32", max_length=cfg.max_length))
+        scores = prm.score([r.problem for r in dev], [r.steps for r in dev])
+        a = auc([float(bool(r.is_correct)) for r in dev], [s[-1] if s[-1] is not None else 0.0
+                                                           for s in scores])
+        return {"dev_auc": round(a, 6) if a is not None else float("-inf")}
+
+    save = make_saver(cfg, fmt, tokenizer, "orm", model, len(examples), len(dev))
+    loop = Loop(model, Reader(model, fmt, bound), examples, cfg.loop, cfg.output,
+                _pad_id(tokenizer), fitness, evaluate, save,
+                autocast_bf16=cfg.dtype == "bfloat16")
+    return loop.run()
