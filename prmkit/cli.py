@@ -257,13 +257,22 @@ def _run_demo(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def _add_train(sub: Any) -> None:
-    from prmkit.train.cli import add_train
+    from prmkit.train.cli import add_select_for_labeling, add_train
 
     add_train(sub)
+    add_select_for_labeling(sub)
+
+
+def _add_eval(sub: Any) -> None:
+    from prmkit.evaluate.cli import add_eval
+    from prmkit.report import add_report
+
+    add_eval(sub)
+    add_report(sub)
 
 
 COMMANDS: list[Callable[[Any], None]] = [_add_convert, _add_score, _add_select, _add_train,
-                                         _add_demo]
+                                         _add_demo, _add_eval]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -92,6 +92,10 @@ def _run_train(args: argparse.Namespace) -> int:
     else:
         from prmkit.train.orm import train_orm as run
     history = run(cfg)
+    from accelerate import PartialState
+
+    if not PartialState().is_main_process:  # under accelerate launch, rank 0 reports
+        return 0
     if not history:
         raise PrmkitError("training ran no step")
     last = history[-1]
@@ -99,4 +103,44 @@ def _run_train(args: argparse.Namespace) -> int:
         f"{k}={v}" for k, v in last.items() if k not in ("step", "epoch")))
     print(f"model folders: {cfg.output}/best, {cfg.output}/last; "
           f"metrics: {cfg.output}/metrics.jsonl")
+    return 0
+
+
+def add_select_for_labeling(sub: Any) -> None:
+    from prmkit.train import active
+
+    p = sub.add_parser("select-for-labeling", help="pick convincing wrong-answer solutions to label",
+                       description=active.__doc__, formatter_class=_Raw)
+    p.add_argument("--input", required=True, help="candidate records (prmkit JSONL) with "
+                   "is_correct, or answer and reference")
+    p.add_argument("--k", type=int, required=True, help="how many solutions to pick")
+    p.add_argument("--model", default=None, help="PRM to score candidates that have no "
+                   "step_scores (default: use the step_scores in the input)")
+    p.add_argument("--format", default=None, help="step format, if the model folder has none")
+    p.add_argument("--by", default="prod", choices=["prod", "min", "last", "mean", "geomean"],
+                   help="how step scores are aggregated into the solution's score")
+    p.add_argument("--per-problem", type=int, default=None,
+                   help="at most this many picks per problem (group)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="scoring dtype (auto = bfloat16)")
+    p.add_argument("--output", required=True, help="the chosen records, best first")
+    p.set_defaults(run=_run_select_for_labeling)
+
+
+def _run_select_for_labeling(args: argparse.Namespace) -> int:
+    from prmkit.records import read_records, write_records
+    from prmkit.train.active import convincing_wrong
+
+    records = read_records(args.input)
+    todo = [r for r in records if r.step_scores is None]
+    if todo and args.model:
+        from prmkit.models.hf import HFConfig, load_hf_prm
+
+        prm = load_hf_prm(args.model, args.format, HFConfig(dtype=args.dtype))
+        for r, s in zip(todo, prm.score([r.problem for r in todo], [r.steps for r in todo])):
+            r.step_scores = s
+    chosen = convincing_wrong(records, args.k, args.by, args.per_problem)
+    write_records(args.output, chosen)
+    print(f"picked {len(chosen)} convincing wrong-answer solutions of {len(records)} "
+          f"candidates -> {args.output}")
     return 0

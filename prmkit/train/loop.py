@@ -300,12 +300,15 @@ class Loop:
             micro = [order[(start + j) % len(order)] for j in range(cfg.grad_accum)
                      if start + j < len(order) or world > 1] or [order[start % len(order)]]
             total = 0.0
-            # dropout draws depend only on (seed, step, process): a resumed run replays them
-            torch.manual_seed((cfg.seed * 1000003 + self.step) * 64 + rank)
             for b in micro:
+                # dropout draws depend only on (seed, batch, epoch): a resumed run, or the same
+                # batches spread over several processes, replays them exactly
+                torch.manual_seed((cfg.seed * 1000003 + epoch) * 1000003 + b)
                 loss = self._loss(self.batches[b]) / len(micro)
                 self.acc.backward(loss)
                 total += float(loss.detach())
+            if world > 1:  # the loss shown is the mean over processes
+                total = float(self.acc.reduce(torch.tensor(total, device=self.acc.device), "mean"))
             self.acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
             self.opt.step()
             self.sched.step()
