@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from prmkit.models.hf import HFConfig, load_hf_prm
+from prmkit.models.hf import HFConfig, load_hf_prm, pad_right
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DATA = os.environ.get("PRMKIT_SHARED_DATA",
@@ -49,13 +49,7 @@ def bare_forward(prm, encs, batches, full_model: bool) -> float:
     """Time the model alone on the same right-padded batches that ``score`` builds."""
     seconds = 0.0
     for batch in batches:
-        seqs = [encs[i].input_ids for i in batch]
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), prm.pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for b, s in enumerate(seqs):
-            ids[b, :len(s)] = torch.tensor(s)
-            mask[b, :len(s)] = 1
+        ids, mask = pad_right([encs[i].input_ids for i in batch], prm.pad_id)
         t = time.perf_counter()
         with torch.inference_mode():
             if full_model:
@@ -70,6 +64,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=DEFAULT_DATA, help="the shared data folder")
     ap.add_argument("--limit", type=int, default=None, help="use only the first N solutions")
+    ap.add_argument("--every", type=int, default=1,
+                    help="use every k-th solution (a sample spread over all four splits)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--token-budget", type=int, default=16384)
     ap.add_argument("--skip-per-prefix", action="store_true", help="skip the slow reference")
@@ -79,6 +75,7 @@ def main() -> int:
         return 2
 
     problems, steps = load(args.data, args.limit)
+    problems, steps = problems[::args.every], steps[::args.every]
     prm = load_hf_prm("smollm2-135m", "math-shepherd",
                       HFConfig(dtype=args.dtype, token_budget=args.token_budget))
     n_steps = sum(len(s) for s in steps)

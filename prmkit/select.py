@@ -105,7 +105,7 @@ def prm_score(record: Record, how: str) -> float:
         raise PrmkitError(f"record {record.id!r}: {e}") from None
 
 
-def _orm_score(record: Record) -> float:
+def orm_score(record: Record) -> float:
     score = record.meta.get("outcome_score")
     if score is None:
         raise PrmkitError(f"record {record.id!r}: no meta['outcome_score'] (an outcome reward "
@@ -116,7 +116,7 @@ def _orm_score(record: Record) -> float:
     return float(score)
 
 
-def _vote_key(record: Record) -> str | None:
+def vote_key(record: Record) -> str | None:
     """The canonical key of the record's final answer, or None if it has none."""
     answer = record.answer
     if answer is None:
@@ -146,11 +146,11 @@ def _choose_prm(how: str) -> Callable[[list[Record], str], Record]:
 
 
 def _choose_orm(group: list[Record], weight_by: str) -> Record:
-    return _best(group, _orm_score)
+    return _best(group, orm_score)
 
 
 def _choose_majority(group: list[Record], weight_by: str) -> Record:
-    keys = [_vote_key(r) for r in group]
+    keys = [vote_key(r) for r in group]
     counts: dict[str, int] = {}  # answer key -> votes, in order of first appearance
     for k in keys:
         if k is not None:
@@ -163,7 +163,7 @@ def _choose_majority(group: list[Record], weight_by: str) -> Record:
 
 def _choose_weighted_majority(group: list[Record], weight_by: str) -> Record:
     scores = [prm_score(r, weight_by) for r in group]
-    keys = [_vote_key(r) for r in group]
+    keys = [vote_key(r) for r in group]
     weights: dict[str, list[float]] = {}  # answer key -> its candidates' scores
     for k, s in zip(keys, scores):
         if k is not None:

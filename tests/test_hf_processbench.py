@@ -63,3 +63,27 @@ def test_default_model_on_the_whole_dev_slice(shared_data):
     problems, steps = processbench(shared_data)
     prm = load_hf_prm("smollm2-135m", "math-shepherd", HFConfig(dtype="float32"))
     assert max_diff(prm.score(problems, steps), prm.score_per_prefix(problems, steps)) < 1e-4
+
+
+def default_prm_or_skip():
+    from prmkit.models.pypi import DEFAULT_PRM_DIR
+    import os
+
+    if not os.path.isfile(os.path.join(DEFAULT_PRM_DIR, "prmkit_format.json")):
+        pytest.skip("no default PRM in this checkout")
+    return DEFAULT_PRM_DIR
+
+
+def test_default_head_prm_one_pass_equals_per_prefix(shared_data):
+    problems, steps = processbench(shared_data, ("gsm8k",))
+    prm = load_hf_prm(default_prm_or_skip(), config=HFConfig(dtype="float32"))
+    assert prm.format.reading == "classes"
+    one = prm.score(problems[:3], steps[:3])
+    assert max_diff(one, prm.score_per_prefix(problems[:3], steps[:3])) < 1e-4
+
+
+@pytest.mark.slow
+def test_default_head_prm_on_the_whole_dev_slice(shared_data):
+    problems, steps = processbench(shared_data)
+    prm = load_hf_prm(default_prm_or_skip(), config=HFConfig(dtype="float32"))
+    assert max_diff(prm.score(problems, steps), prm.score_per_prefix(problems, steps)) < 1e-4

@@ -116,48 +116,23 @@ def step_examples(records: Sequence[Record], bound: BoundFormat, max_length: int
 
 
 def auc(labels: Sequence[float], scores: Sequence[float]) -> float | None:
-    """Area under the ROC curve (Mann-Whitney: ties count 1/2); None with one class only."""
-    pos = [s for y, s in zip(labels, scores) if y >= 0.5]
-    neg = [s for y, s in zip(labels, scores) if y < 0.5]
-    if not pos or not neg:
-        return None
-    # rank-sum with average ranks for ties
-    ordered = sorted((s, i) for i, s in enumerate(list(pos) + list(neg)))
-    ranks = [0.0] * len(ordered)
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1][0] == ordered[i][0]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[ordered[k][1]] = (i + j) / 2 + 1
-        i = j + 1
-    rank_pos = sum(ranks[:len(pos)])
-    return (rank_pos - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg))
+    """Step AUC (labels >= 0.5 are positive); None with one class only."""
+    from prmkit.evaluate.stepwise import auc as step_auc
+
+    return step_auc(scores, [y >= 0.5 for y in labels])
 
 
 def first_error_f1(records: Sequence[Record], scores: Sequence[Sequence[float | None]],
                    threshold: float = 0.5) -> float | None:
-    """ProcessBench F1 (%): harmonic mean of the accuracy on solutions with an error (exact
-    first-error index) and on all-correct ones (predicting -1). Predicted first error: the first
-    step scored below ``threshold``. None when either kind of solution is missing."""
-    err_hits = err_n = ok_hits = ok_n = 0
+    """ProcessBench F1 (%) of records with a known first error, at ``threshold``."""
+    from prmkit.evaluate.processbench import predicted_first_error, split_metrics
+
+    pairs = []
     for r, s in zip(records, scores):
-        gold = r.first_error if r.first_error is not None else first_error_from_labels(
-            r.labels or [])
-        if gold is None:
-            continue
-        pred = next((k for k, x in enumerate(s) if x is not None and x < threshold), -1)
-        if gold == -1:
-            ok_n += 1
-            ok_hits += pred == -1
-        else:
-            err_n += 1
-            err_hits += pred == gold
-    if not err_n or not ok_n:
-        return None
-    a, b = 100 * err_hits / err_n, 100 * ok_hits / ok_n
-    return 0.0 if a + b == 0 else 2 * a * b / (a + b)
+        gold = r.first_error if r.first_error is not None else first_error_from_labels(r.labels or [])
+        if gold is not None:
+            pairs.append((gold, predicted_first_error(s, threshold)))
+    return split_metrics([g for g, _ in pairs], [p for _, p in pairs]).f1 if pairs else None
 
 
 def validate(prm: Any, records: Sequence[Record]) -> dict[str, float]:

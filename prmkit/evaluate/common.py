@@ -1,0 +1,217 @@
+"""What every evaluation shares: scoring records with a model (with progress, resumable),
+reading predictions made elsewhere, printing a table and writing the results as JSON.
+
+Percentages: every metric is a percentage from 0 to 100, written unrounded to JSON and rounded
+to one decimal only when printed. A metric that is not defined (no samples to take it over) is
+``None`` in Python and ``null`` in JSON, and prints as ``-``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from prmkit.errors import PrmkitError, RecordError
+from prmkit.records import Record, ResumableWriter, _kind, atomic_output, iter_jsonl
+
+
+def pct(value: float | None) -> str:
+    """A percentage printed with one decimal; ``-`` when undefined."""
+    return "-" if value is None else f"{value:.1f}"
+
+
+def mean_or_none(values: Sequence[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+def print_table(header: Sequence[str], rows: Iterable[Sequence[Any]], file: Any = None) -> None:
+    """A plain fixed-width table: the first column left-aligned, the others right-aligned."""
+    rows = [[str(c) for c in row] for row in rows]
+    cols = [str(h) for h in header]
+    widths = [max([len(cols[i])] + [len(r[i]) for r in rows]) for i in range(len(cols))]
+
+    def line(cells: Sequence[str]) -> str:
+        out = [cells[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:])]
+        return "  ".join(out).rstrip()
+
+    file = file or sys.stdout
+    print(line(cols), file=file)
+    print("  ".join("-" * w for w in widths), file=file)
+    for r in rows:
+        print(line(r), file=file)
+
+
+def write_json(path: str, obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically (NaN is refused: undefined values are null)."""
+    with atomic_output(path) as f:
+        f.write(json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False))
+        f.write("\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# predictions made elsewhere
+
+
+@dataclass
+class Prediction:
+    """One line of a predictions file: a first error, or step scores, for the record ``id``."""
+
+    id: str
+    first_error: int | None = None
+    step_scores: list[float | None] | None = None
+
+
+def read_predictions(path: str, records: Sequence[Record], allow_first_error: bool = True,
+                     ) -> dict[str, Prediction]:
+    """Predictions for ``records``, checked against them.
+
+    Each line of ``path`` is a JSON object with ``id`` and ``step_scores`` (a list with one
+    number or null per step) or, if ``allow_first_error``, ``first_error`` (an int, -1 = no
+    error). Other fields are ignored, so a file written by ``prmkit score`` works as it is.
+    Every record must have a prediction; lines whose id is not among the records are skipped
+    (a predictions file may cover more than the data evaluated).
+    """
+    steps = {r.id: len(r.steps) for r in records}
+    out: dict[str, Prediction] = {}
+    lines: dict[str, int] = {}
+    for lineno, obj in iter_jsonl(path):
+        try:
+            pred = _prediction(obj, allow_first_error)
+        except RecordError as e:
+            raise e.at(path, lineno) from None
+        if pred.id not in steps:
+            continue
+        if pred.id in out:
+            raise RecordError(f"duplicate id {pred.id!r} (first seen on line {lines[pred.id]})",
+                              path, lineno, "id")
+        n = steps[pred.id]
+        if pred.step_scores is not None and len(pred.step_scores) != n:
+            raise RecordError(f"has {len(pred.step_scores)} entries but record {pred.id!r} has "
+                              f"{n} steps", path, lineno, "step_scores")
+        if pred.first_error is not None and not -1 <= pred.first_error < n:
+            raise RecordError(f"{pred.first_error} is out of range for record {pred.id!r} with "
+                              f"{n} steps (-1 = no error)", path, lineno, "first_error")
+        out[pred.id] = pred
+        lines[pred.id] = lineno
+    missing = [r.id for r in records if r.id not in out]
+    if missing:
+        raise PrmkitError(f"{path}: no prediction for {len(missing)} of {len(records)} records "
+                          f"(first: {missing[0]!r})")
+    return out
+
+
+def _prediction(obj: Any, allow_first_error: bool) -> Prediction:
+    if not isinstance(obj, dict):
+        raise RecordError(f"expected a JSON object, got {_kind(obj)}")
+    if "id" not in obj:
+        raise RecordError("missing", field="id")
+    rec_id = obj["id"]
+    if isinstance(rec_id, bool) or not isinstance(rec_id, (str, int)):
+        raise RecordError(f"expected a string, got {_kind(rec_id)}", field="id")
+    scores, first = obj.get("step_scores"), obj.get("first_error")
+    if scores is not None:
+        if not isinstance(scores, list):
+            raise RecordError(f"expected a list, got {_kind(scores)}", field="step_scores")
+        for i, v in enumerate(scores):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not math.isfinite(v)):
+                raise RecordError(f"entry {i} is {v!r}, expected a finite number or null",
+                                  field="step_scores")
+        return Prediction(str(rec_id), step_scores=[None if v is None else float(v) for v in scores])
+    if first is not None and allow_first_error:
+        if isinstance(first, bool) or not isinstance(first, int):
+            raise RecordError(f"expected an integer, got {_kind(first)}", field="first_error")
+        return Prediction(str(rec_id), first_error=first)
+    need = "'step_scores' or 'first_error'" if allow_first_error else "'step_scores'"
+    raise RecordError(f"missing: each line needs {need}",
+                      field="step_scores" if not allow_first_error else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# scoring with a model
+
+
+def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
+    """The options that load and run a PRM (the same as ``prmkit score``)."""
+    p.add_argument("--model", required=required, default=None,
+                   help="a model folder (safetensors), a default model name, or a hub id")
+    p.add_argument("--format", default=None,
+                   help="step format preset or prmkit_format.json path; default: the format "
+                        "saved in the model folder")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="auto = bfloat16; recorded in the results beside every figure")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--token-budget", type=int, default=16384,
+                   help="maximum padded tokens per forward pass")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="cut solutions to this many tokens (default: the model's maximum); "
+                        "steps past the cut get no score")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow the model folder's own Python code (off by default)")
+    p.add_argument("--save-scores", default=None, metavar="FILE",
+                   help="where the scored records go, written as they finish to FILE.partial; "
+                        "rerunning the same command after a kill resumes there. Default: the "
+                        "--output name with .scores.jsonl instead of .json. FILE can be given "
+                        "to --predictions or `prmkit report` later")
+
+
+def score_records(records: list[Record], args: argparse.Namespace, desc: str) -> dict[str, Any]:
+    """Set ``step_scores`` on every record with the model in ``args``; show progress.
+
+    Returns what to record beside the figures: the model, its step format and the dtype it
+    actually ran in. With ``args.save_scores`` the scored records are written as they finish
+    and an interrupted run resumes without rescoring them.
+    """
+    from tqdm import tqdm
+
+    from prmkit.models.hf import HFConfig, load_hf_prm
+
+    config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
+                      max_length=args.max_length, trust_remote_code=args.trust_remote_code)
+    writer = None
+    done: dict[str, dict[str, Any]] = {}
+    if args.save_scores:
+        if os.path.exists(args.save_scores + ".partial"):
+            done = ResumableWriter(args.save_scores).done_rows()  # only reads what is finished
+        for rec in records:
+            row = done.get(rec.id)
+            if row is not None and row.get("steps") == rec.steps:
+                rec.step_scores = row.get("step_scores")
+    todo = [r for r in records if r.id not in done or r.step_scores is None]
+    prm = load_hf_prm(args.model, args.format, config)
+    if args.save_scores:
+        writer = ResumableWriter(args.save_scores, resume=True)
+        if len(todo) < len(records):
+            print(f"resuming: {len(records) - len(todo)} of {len(records)} records already "
+                  f"scored in {args.save_scores}.partial", file=sys.stderr)
+    with tqdm(total=len(records), initial=len(records) - len(todo), desc=desc, unit="rec",
+              disable=None) as bar:
+        # Batches come back as they finish (longest first); each is written at once.
+        for i, scores in prm.score_iter([r.problem for r in todo], [r.steps for r in todo]):
+            todo[i].step_scores = scores
+            if writer is not None:
+                writer.write(todo[i])
+            bar.update(1)
+    if writer is not None:
+        writer.close(order=[r.id for r in records])
+    if prm.stats.truncated_solutions:
+        print(f"warning: {prm.stats.truncated_solutions} solutions were longer than the model "
+              f"allows; their last steps have no score", file=sys.stderr)
+    dtype = str(next(prm.model.parameters()).dtype).replace("torch.", "")
+    return {"name": args.model, "format": prm.format.name, "dtype": dtype, "device": args.device,
+            "truncated_solutions": prm.stats.truncated_solutions}
+
+
+def check_model_or_predictions(args: argparse.Namespace) -> None:
+    """Exactly one of --model and --predictions; with a model, where the scores are saved."""
+    if bool(args.model) == bool(args.predictions):
+        raise PrmkitError("give either --model (to score the data) or --predictions FILE "
+                          "(scores made elsewhere), not both and not neither")
+    if args.model and not args.save_scores and args.output != "-":
+        stem = args.output[:-5] if args.output.endswith(".json") else args.output
+        args.save_scores = stem + ".scores.jsonl"
