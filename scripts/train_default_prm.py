@@ -193,9 +193,11 @@ What `prmkit score` uses when no `--model` is given. A small CPU model: useful, 
 | ProcessBench dev slice ({p['processbench_dev_n']}) first-error F1, threshold 0.5 | {p['processbench_dev_f1_at_0.5']} | {o['processbench_dev_f1_at_0.5']} |
 | ProcessBench dev first-error F1, threshold tuned on its gsm8k split | {p['processbench_dev_f1_calibrated_on_gsm8k']} (t={p['calibrated_threshold']}) | {o['processbench_dev_f1_calibrated_on_gsm8k']} (t={o['calibrated_threshold']}) |
 
-For scale (DESIGN.md): on the ProcessBench dev slice a position/length heuristic reaches F1
-23.9 with a tuned threshold, random first errors about 13, always -1 scores 0. The dev slice is
-a development set: do not report these as ProcessBench results.
+For scale: compare with the position/length heuristic that `prmkit eval processbench` fits
+and prints beside every model (DESIGN.md quotes F1 23.9 for it on this slice; random first
+errors score about 13, always -1 scores 0). A PRM that does not beat it has learned nothing
+that transfers to ProcessBench. The dev slice is a development set: do not report these as
+ProcessBench results.
 """)
 
 

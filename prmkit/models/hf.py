@@ -337,8 +337,11 @@ def load_hf_prm(model: str, step_format: str | StepFormat | None = None,
 
     import torch
     from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     from prmkit.train import modeldir
+
+    hf_logging.disable_progress_bar()  # prmkit shows its own progress
 
     if step_format is None:
         saved = os.path.join(path, FORMAT_FILE)
