@@ -136,10 +136,15 @@ def run(data: str | None, output: str, score_n: int = 16, bon_problems: int = 10
         for c, s in zip(sub, prm.score([c.problem for c in sub], [c.steps for c in sub])):
             c.step_scores = s
         write_records(os.path.join(output, "gsm8k_candidates_scored.jsonl"), sub)
+        accs = {}
         for method in ("majority", "prm-min", "prm-prod", "prm-last", "weighted-majority", "oracle"):
-            acc = select.accuracy(select.select(sub, method))
+            accs[method] = select.accuracy(select.select(sub, method))
             rows.append((f"GSM8K, first {len(groups)} problems, best-of-4 by {method}",
-                         f"{100 * acc:.1f}%"))
+                         f"{100 * accs[method]:.1f}%"))
+        best_prm = max(accs[m] for m in ("prm-min", "prm-prod", "prm-last"))
+        rows.append(("  the default PRM beats majority voting here?",
+                     "yes" if best_prm > accs["majority"] else
+                     "NO: it is a small CPU-trained PRM (see its model card)"))
     elif bon_problems > 0:
         rows.append(("best-of-4 with the default PRM", "skipped: no default PRM installed"))
 
