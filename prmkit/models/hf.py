@@ -139,31 +139,17 @@ class HFPRM:
 
     def score_per_prefix(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
         """The slow reference: encode every prefix on its own and read only its last step."""
-        items: list[tuple[int, int, Encoded]] = []
-        out: list[list[float | None]] = []
-        for i, (p, s) in enumerate(zip(problems, steps)):
-            out.append([None] * len(s))
-            for k in range(len(s)):
-                enc = self.encode(p, s[:k + 1])
-                if len(enc.read_positions) == k + 1:
-                    last = Encoded(enc.input_ids, enc.read_positions[-1:], enc.step_ends[-1:], 1)
-                    items.append((i, k, last))
-        for batch in self.batches([len(e.input_ids) for _, _, e in items]):
-            read = self._forward_read([items[j][2] for j in batch])
-            for j, scores in zip(batch, read):
-                i, k, _ = items[j]
+        where, encs = prefix_encodings(self.bound, problems, steps, self.max_length)
+        out: list[list[float | None]] = [[None] * len(s) for s in steps]
+        for batch in self.batches([len(e.input_ids) for e in encs]):
+            for j, scores in zip(batch, self._forward_read([encs[j] for j in batch])):
+                i, k = where[j]
                 out[i][k] = scores[0]
         return out
 
     # -- encoding and batching ----------------------------------------------------------------
     def encode(self, problem: str, steps: Sequence[str]) -> Encoded:
-        enc = self.bound.encode(problem, steps, max_length=self.max_length)
-        if enc.truncated:
-            self.stats.truncated_solutions += 1
-            log.warning("a solution of %d steps is longer than %d tokens: %d of its steps are "
-                        "not scored (null)", enc.n_steps, self.max_length,
-                        enc.n_steps - len(enc.read_positions))
-        return enc
+        return encode_or_warn(self.bound, problem, steps, self.max_length, self.stats)
 
     def batches(self, lengths: Sequence[int]) -> list[list[int]]:
         return token_budget_batches(lengths, self.config.token_budget)
@@ -193,6 +179,36 @@ class HFPRM:
     def _read(self, ids: Any, attn: Any, rows: Any, cols: Any) -> Any:
         """Scores in [0, 1] at (rows, cols), per the format's reading rule."""
         return self.reader.probabilities(self.reader.logits(ids, attn, rows, cols))
+
+
+def encode_or_warn(bound: BoundFormat, problem: str, steps: Sequence[str], max_length: int,
+                   stats: ScoreStats) -> Encoded:
+    """Encode one solution; a cut solution is counted and warned about (its last steps null)."""
+    enc = bound.encode(problem, steps, max_length=max_length)
+    if enc.truncated:
+        stats.truncated_solutions += 1
+        log.warning("a solution of %d steps is longer than %d tokens: %d of its steps are "
+                    "not scored (null)", enc.n_steps, max_length,
+                    enc.n_steps - len(enc.read_positions))
+    return enc
+
+
+def prefix_encodings(bound: BoundFormat, problems: Sequence[str], steps: Sequence[Sequence[str]],
+                     max_length: int) -> tuple[list[tuple[int, int]], list[Encoded]]:
+    """For per-prefix scoring: every prefix (problem i, steps 0..k) encoded on its own, reading
+    only step k. Returns ``(where, encodings)`` with ``where[j] = (i, k)``; prefixes whose last
+    read position does not fit in ``max_length`` are left out (their score stays null)."""
+    if len(problems) != len(steps):
+        raise PrmkitError(f"{len(problems)} problems but {len(steps)} step lists")
+    where: list[tuple[int, int]] = []
+    encs: list[Encoded] = []
+    for i, (p, s) in enumerate(zip(problems, steps)):
+        for k in range(len(s)):
+            enc = bound.encode(p, s[:k + 1], max_length=max_length)
+            if len(enc.read_positions) == k + 1:
+                encs.append(Encoded(enc.input_ids, enc.read_positions[-1:], enc.step_ends[-1:], 1))
+                where.append((i, k))
+    return where, encs
 
 
 def token_budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:

@@ -55,7 +55,8 @@ def cache_dir() -> str:
 
 def resolve(name: str) -> str:
     """The local folder (safetensors + tokenizer) of a default model, converting it once."""
-    spec = DEFAULT_MODELS[name]
+    if name not in DEFAULT_MODELS:
+        raise PrmkitError(f"unknown default model {name!r} (known: {', '.join(DEFAULT_MODELS)})")
     target = os.path.join(cache_dir(), name)
     if os.path.isfile(os.path.join(target, "model.safetensors")):
         return target

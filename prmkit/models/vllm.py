@@ -99,7 +99,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from prmkit.errors import PrmkitError
-from prmkit.models.hf import ScoreStats, resolve_model_path
+from prmkit.models.hf import ScoreStats, encode_or_warn, prefix_encodings, resolve_model_path
 from prmkit.stepformat import FORMAT_FILE, BoundFormat, Encoded, StepFormat, get_format
 
 log = logging.getLogger("prmkit")
@@ -331,30 +331,14 @@ class VLLMPRM:
     def score_per_prefix(self, problems: Sequence[str],
                          steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
         """The slow reference: every prefix its own prompt, only its last step read."""
-        if len(problems) != len(steps):
-            raise PrmkitError(f"{len(problems)} problems but {len(steps)} step lists")
-        where: list[tuple[int, int]] = []
-        encs: list[Encoded] = []
+        where, encs = prefix_encodings(self.bound, problems, steps, self.max_length)
         out: list[list[float | None]] = [[None] * len(s) for s in steps]
-        for i, (p, s) in enumerate(zip(problems, steps)):
-            for k in range(len(s)):
-                enc = self.bound.encode(p, s[:k + 1], max_length=self.max_length)
-                if len(enc.read_positions) == k + 1:
-                    encs.append(Encoded(enc.input_ids, enc.read_positions[-1:],
-                                        enc.step_ends[-1:], n_steps=1))
-                    where.append((i, k))
         for (i, k), scores in zip(where, self._run(encs)):
             out[i][k] = scores[0]
         return out
 
     def encode(self, problem: str, steps: Sequence[str]) -> Encoded:
-        enc = self.bound.encode(problem, steps, max_length=self.max_length)
-        if enc.truncated:
-            self.stats.truncated_solutions += 1
-            log.warning("a solution of %d steps is longer than %d tokens: %d of its steps are "
-                        "not scored (null)", enc.n_steps, self.max_length,
-                        enc.n_steps - len(enc.read_positions))
-        return enc
+        return encode_or_warn(self.bound, problem, steps, self.max_length, self.stats)
 
     def _run(self, encs: Sequence[Encoded]) -> list[list[float | None]]:
         """One ``llm.encode`` call over every solution that has a readable step."""

@@ -61,7 +61,6 @@ def add_train(sub: Any) -> None:
                                    "`prmkit train prm --help` for the options.")
     kinds = p.add_subparsers(dest="kind", metavar="KIND",
                              help="prm (step labels) or orm (outcome labels or pairs)")
-    fmt = argparse.ArgumentDefaultsHelpFormatter
     docs = {"prm": "prmkit.train.prm", "orm": "prmkit.train.orm"}
     for kind, cls in (("prm", PRMTrainConfig), ("orm", ORMTrainConfig)):
         module = sys.modules.get(docs[kind]) or __import__(docs[kind], fromlist=["x"])
