@@ -97,8 +97,9 @@ def _add_score(sub: Any) -> None:
                 "pass, in batches sorted by length. Results are written as they finish to "
                 "OUT.partial; rerunning the same command after a kill resumes there.\n\n"
                 "Step formats (--format):\n" + presets + "\n\nDefault models (--model):\n"
-                + defaults + "\n  The default models are untrained backbones here: their "
-                "scores are only useful for testing and benchmarks, not as a PRM's judgement.")
+                + defaults + "\n  These named models are untrained backbones: their scores are "
+                "only useful for testing and benchmarks, not as a PRM's judgement. Without "
+                "--model, the trained default PRM (prmkit/models/default_prm) is used.")
     p.add_argument("--model", default=None,
                    help="a model folder (safetensors; a trained prmkit PRM or ORM), a default "
                         "model name, a hub id, or the URL of a running `prmkit serve` "

@@ -9,7 +9,7 @@ import torch
 
 from prmkit.models.hf import HFConfig, load_hf_prm
 from prmkit.records import Record, write_records
-from prmkit.train.loop import Example, LoopConfig
+from prmkit.train.loop import LoopConfig
 from prmkit.train.orm import ORMTrainConfig, outcome_examples, pair_examples, train_orm
 from prmkit.train.prm import PRMTrainConfig, train_prm, training_format
 import tiny
