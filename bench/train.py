@@ -34,7 +34,10 @@ trained models on held-out labelled steps.
   both do the same computation; ``--trl-gradient-checkpointing`` turns TRL's back on.
 * Tokens/s: real (non-padding) tokens of the trained batches / wall time of the training call
   (``Loop.run()`` for prmkit, ``trainer.train()`` for TRL); also per CPU second of this
-  process over the same call, which other jobs on a shared machine disturb less. Model loading, tokenisation and
+  process over the same call, which other jobs on a shared machine disturb less. Each side
+  trains ``--repeats`` times (default 3) from the same start, the order alternating (A B, B A,
+  A B); the fastest run of each counts, the others are printed. Training is deterministic, so
+  every run yields the same weights (checked). Model loading, tokenisation and
   trainer construction are outside both; prmkit's end-of-run checkpoint write (``last/`` and
   ``best/``, which it always does) is inside its time, TRL saves nothing (``save_strategy="no"``).
 * Dev metric: step AUC (``prmkit.train.prm.auc`` through ``validate``) of ``HFPRM`` in float32
@@ -57,6 +60,7 @@ import random
 import sys
 import time
 import warnings
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -231,6 +235,9 @@ def main(argv=None) -> None:
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                     help="training compute dtype, both (bfloat16 = autocast)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="train each side this many times from the same start, alternating the "
+                         "order; the fastest run of each counts (all are printed)")
     ap.add_argument("--order", default="prmkit,trl", choices=("prmkit,trl", "trl,prmkit"),
                     help="which trainer runs first")
     ap.add_argument("--plain-preset", action="store_true",
@@ -312,9 +319,7 @@ def main(argv=None) -> None:
         base.config.pad_token_id = tokenizer.pad_token_id
     base = set_trainable(base, LoopConfig(train=args.train, last_k=args.last_k))
     start = {k: v.detach().clone() for k, v in base.state_dict().items()}
-    models = {"prmkit": base, "trl": copy.deepcopy(base)}
-    names = {k: trainable_names(m) for k, m in models.items()}
-    assert names["prmkit"] == names["trl"]
+    names = trainable_names(base)
     n_trainable = sum(p.numel() for p in base.parameters() if p.requires_grad)
 
     # warm up the kernels once (forward + backward, no optimiser step), so neither side pays it
@@ -324,35 +329,50 @@ def main(argv=None) -> None:
     for p in base.parameters():
         p.grad = None
 
+    # each side trains --repeats times from a fresh copy of the same start, the order alternating
+    # (A B, B A, A B, ...); the fastest run of each counts (the others are printed)
+    first, second = args.order.split(",")
+    runs: dict[str, list[dict]] = {"prmkit": [], "trl": []}
+    models: dict[str, Any] = {}
+    trained: dict[str, dict] = {}
+    for rep in range(args.repeats):
+        for name in ((first, second) if rep % 2 == 0 else (second, first)):
+            model = copy.deepcopy(base)
+            assert trainable_names(model) == names
+            load_before = os.getloadavg()[0]
+            log(f"--- training {name}, run {rep + 1}/{args.repeats} (load average {load_before:.2f})")
+            if name == "prmkit":
+                r = run_prmkit(model, tokenizer, fmt, examples, args, budget,
+                               os.path.join(args.output, "prmkit"), train_path)
+            else:
+                r = run_trl(model, tokenizer, rows, args, os.path.join(args.output, "trl"))
+                # TRL tokenised the same rows itself: it must have trained on prmkit's sequences
+                tokenized = sorted(tuple(x) for x in r.pop("tokenized")["input_ids"])
+                assert tokenized == sorted(tuple(e.input_ids) for e in examples) or args.plain_preset
+            r.update(load_before=load_before, load_after=os.getloadavg()[0])
+            # only the trainable tensors moved
+            state = model.state_dict()
+            moved = [k for k, v in state.items() if not torch.equal(v, start[k])]
+            assert set(moved) <= set(names), f"{name} changed frozen tensors: {moved[:3]}"
+            r["moved_tensors"] = len(moved)
+            now = {k: state[k].detach().clone() for k in names}
+            if name in trained:  # the same start, data and seed: the same weights every run
+                r["same_weights_as_run_1"] = all(torch.equal(now[k], trained[name][k]) for k in names)
+            trained[name] = now
+            runs[name].append(r)
+            models[name] = model
+            log(f"    {name}: {r['seconds']:.1f} s, {r['cpu_seconds']:.1f} CPU s")
     results: dict[str, dict] = {}
-    for name in args.order.split(","):
-        log(f"--- training {name} (load average {os.getloadavg()[0]:.2f})")
-        load_before = os.getloadavg()[0]
-        if name == "prmkit":
-            results[name] = run_prmkit(models[name], tokenizer, fmt, examples, args, budget,
-                                       os.path.join(args.output, "prmkit"), train_path)
-        else:
-            results[name] = run_trl(models[name], tokenizer, rows, args,
-                                    os.path.join(args.output, "trl"))
-        results[name]["load_before"] = load_before
-        results[name]["load_after"] = os.getloadavg()[0]
-
-    # TRL tokenised the same rows itself: check it trained on prmkit's exact sequences
-    tokenized = results["trl"].pop("tokenized")
-    trl_ids = sorted(tuple(x) for x in tokenized["input_ids"])
-    assert (trl_ids == sorted(tuple(e.input_ids) for e in examples)) or args.plain_preset
-
-    # only the trainable tensors moved, on both sides
-    for name, m in models.items():
-        moved = [k for k, v in m.state_dict().items() if not torch.equal(v, start[k])]
-        results[name]["moved_tensors"] = len(moved)
-        assert set(moved) <= set(names[name]), f"{name} changed frozen tensors: {moved[:3]}"
+    for name, rs in runs.items():
+        results[name] = dict(min(rs, key=lambda r: r["seconds"]),
+                             all_seconds=[round(r["seconds"], 1) for r in rs],
+                             all_cpu_seconds=[round(r["cpu_seconds"], 1) for r in rs],
+                             deterministic=all(r.get("same_weights_as_run_1", True) for r in rs))
 
     # -- the same dev metric for both ------------------------------------------------------------
     hf = HFConfig(dtype="float32", max_length=args.max_length)
-    untrained = copy.deepcopy(base)
-    untrained.load_state_dict(start)
-    for name, m in [*models.items(), ("untrained", untrained)]:
+    base.load_state_dict(start)
+    for name, m in [*models.items(), ("untrained", base)]:
         t = time.perf_counter()
         results.setdefault(name, {}).update(validate(HFPRM(m, tokenizer, fmt, hf), dev))
         log(f"dev {name}: {results[name]} ({time.perf_counter() - t:.1f} s)")
@@ -388,6 +408,10 @@ def main(argv=None) -> None:
               f"{r['tokens_per_s']:>8.0f}{r['tokens_per_cpu_s']:>10.0f}"
               f"{r['train_loss']:>8.4f}{r.get('dev_auc', float('nan')):>9.4f}"
               f"{r.get('dev_f1', float('nan')):>8.2f}")
+    for name in ("prmkit", "trl"):
+        r = results[name]
+        print(f"{name} runs: wall {r['all_seconds']} s, CPU {r['all_cpu_seconds']} s; weights "
+              f"identical across runs: {r['deterministic']}")
     u = results["untrained"]
     print(f"untrained start: dev AUC {u.get('dev_auc', float('nan')):.4f}; prmkit time includes "
           f"{p['checkpoint_seconds']:.1f} s of checkpoint writing; load average "
