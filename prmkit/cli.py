@@ -15,6 +15,11 @@ from typing import Any, Callable
 from prmkit import __version__
 from prmkit.errors import PrmkitError
 from prmkit.generate.cli import add_generate
+from prmkit.label.cli import add_label
+from prmkit.lab.cli import add_lab
+from prmkit.rl.cli import add_rl
+from prmkit.search.cli import add_search
+from prmkit.serve.cli import add_serve
 
 EPILOG_RECORDS = ("Records are JSONL, one object per line, with the fields id, problem, steps, "
                   "labels, first_error, answer, reference, is_correct, group, step_scores, meta "
@@ -238,24 +243,33 @@ def _run_select(args: argparse.Namespace) -> int:
 
 
 def _add_demo(sub: Any) -> None:
-    p = _parser(sub, "demo", "run the demo job on the shared data",
-                "The main job for now (until the lab-world demo lands): convert real PRM data, "
-                "compare best-of-N selection baselines on GSM8K model solutions, and check that "
-                "one-pass scoring equals per-prefix scoring with the default model.")
+    from prmkit.lab import demo as lab_demo
+
+    p = _parser(sub, "demo", "run the main job: the whole PRM story on the lab world",
+                lab_demo.__doc__ + "\nWith --real-data, runs the older job on ../shared/data "
+                "instead: conversions of real PRM data, best-of-4 baselines on GSM8K model "
+                "solutions, one-pass against per-prefix scoring, best-of-4 with the default PRM.")
+    lab_demo.add_arguments(p)
+    p.add_argument("--real-data", action="store_true",
+                   help="run the real-data job (needs the shared data folder) instead")
     p.add_argument("--data", default=None,
-                   help="the shared data folder (default: ../shared/data, or $PRMKIT_SHARED_DATA)")
-    p.add_argument("--output", default="demo_out", help="folder for the demo's files")
+                   help="--real-data: the shared data folder (default: ../shared/data, or "
+                        "$PRMKIT_SHARED_DATA)")
     p.add_argument("--score-n", type=int, default=16,
-                   help="ProcessBench solutions to score with the default model")
+                   help="--real-data: ProcessBench solutions to score with the default model")
     p.add_argument("--bon-problems", type=int, default=100,
-                   help="GSM8K problems for best-of-4 with the default PRM (0 = skip)")
+                   help="--real-data: GSM8K problems for best-of-4 with the default PRM (0 = skip)")
     p.set_defaults(run=_run_demo)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from prmkit import demo
+    if args.real_data:
+        from prmkit import demo
 
-    return demo.run(args.data, args.output, args.score_n, args.bon_problems)
+        return demo.run(args.data, args.output, args.score_n, args.bon_problems)
+    from prmkit.lab import demo as lab_demo
+
+    return lab_demo.run(lab_demo.config_from(args))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,13 +290,15 @@ def _add_eval(sub: Any) -> None:
 
 
 COMMANDS: list[Callable[[Any], None]] = [_add_convert, _add_score, _add_select, _add_train,
-                                         _add_demo, _add_eval, add_generate]
+                                         _add_demo, _add_eval, add_generate, add_lab,
+                                         add_serve, add_label, add_search, add_rl]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="prmkit", formatter_class=_Formatter,
-        description="prmkit: process reward models. Label, train, score, select, evaluate.")
+        description="prmkit: process reward models. Label, train, score, select and search, "
+                    "evaluate, serve.")
     parser.add_argument("--version", action="version", version=f"prmkit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND",

@@ -1,7 +1,6 @@
-"""``prmkit demo``: the main job, run by ``make demo``.
+"""``prmkit demo --real-data``: the real-data job (the main job, ``make demo``, is prmkit.lab.demo).
 
-Until the lab-world demo lands (it needs trained PRMs, search and labeling), this runs the real
-parts that exist, on the public data in ``../shared/data``, and prints what it measured:
+It runs on the public data in ``../shared/data`` and prints what it measured:
 
 1. converts real PRM data (ProcessBench dev slice, Math-Shepherd and PRM800K samples) into
    prmkit records;

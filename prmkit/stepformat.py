@@ -21,6 +21,9 @@ A format is data (:class:`StepFormat`), not code:
     - ``classes``: a per-token classification head; softmax over the classes, taking
       ``positive_class`` (Qwen2.5-Math-PRM's 2-class head, TRL's token classification);
     - ``value``: a one-logit head; the score is its sigmoid.
+    - ``log-ratio``: a causal LM and its frozen reference (the implicit PRM,
+      :mod:`prmkit.models.implicit`); step k's score comes from the token log ratios
+      log(pi/pi_ref) summed up to the end of step k, so the "read position" is the step's end.
 * the **label mapping** for training: label 1 -> ``positive`` token / class ``positive_class``,
   label 0 -> ``negative`` token / the other class; a soft label p trains against [1-p, p].
 
@@ -43,7 +46,7 @@ from typing import Any, Protocol, Sequence
 from prmkit.errors import PrmkitError
 
 LAYOUTS = ("text", "chat", "turns")
-READINGS = ("label-tokens", "classes", "value")
+READINGS = ("label-tokens", "classes", "value", "log-ratio")
 FORMAT_FILE = "prmkit_format.json"
 
 

@@ -15,3 +15,14 @@ def shared_data() -> Path:
     if not DATA.is_dir():
         pytest.skip(f"shared data folder {DATA} is missing")
     return DATA
+
+
+@pytest.fixture
+def tiny_base(tmp_path) -> str:
+    """A folder with a tiny random causal LM and its tokenizer: a base model for trainers."""
+    import tiny
+
+    path = tmp_path / "base"
+    tiny.causal_lm().save_pretrained(path, safe_serialization=True)
+    tiny.tokenizer().save_pretrained(path)
+    return str(path)

@@ -312,6 +312,6 @@ def test_score_model_failure_leaves_no_partial(tmp_path, capsys):
 
 def test_demo_missing_data_folder(tmp_path, capsys):
     data, out = tmp_path / "no-data", tmp_path / "demo_out"
-    rc, _, err = run(capsys, "demo", "--data", data, "--output", out)
+    rc, _, err = run(capsys, "demo", "--real-data", "--data", data, "--output", out)
     assert_user_error(rc, err, str(data), "--data")
     assert not out.exists()

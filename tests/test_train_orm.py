@@ -27,11 +27,8 @@ def candidates(n_groups=6):
 
 
 @pytest.fixture
-def base(tmp_path):
-    path = tmp_path / "base"
-    tiny.causal_lm().save_pretrained(path, safe_serialization=True)
-    tiny.tokenizer().save_pretrained(path)
-    return str(path)
+def base(tiny_base):
+    return tiny_base
 
 
 def test_outcome_examples_read_only_the_last_step():

@@ -32,11 +32,8 @@ def records(n=12):
 
 
 @pytest.fixture
-def base(tmp_path):
-    path = tmp_path / "base"
-    tiny.causal_lm().save_pretrained(path, safe_serialization=True)
-    tiny.tokenizer().save_pretrained(path)
-    return str(path)
+def base(tiny_base):
+    return tiny_base
 
 
 @pytest.fixture

@@ -16,6 +16,9 @@ from prmkit.generate.base import Generator
 from prmkit.generate.prompts import END_TOKENS, MODEL_STYLES, STYLES, Prompter, make_prompter
 
 BACKENDS = ("hf", "llamacpp", "vllm", "openai")
+POLICY_HELP = ("default model name (smollm2-135m, gemma3-270m), model folder, hub id, .gguf file "
+               "(llamacpp), server model name (openai), or lab / lab:SLIP for the lab world's "
+               "synthetic policy (prmkit.lab; instant, with a known slip rate per step)")
 
 
 def load_policy(policy: str, backend: str = "hf", *, dtype: str = "auto", device: str = "cpu",
@@ -31,6 +34,10 @@ def load_policy(policy: str, backend: str = "hf", *, dtype: str = "auto", device
     """
     if backend not in BACKENDS:
         raise PrmkitError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    if policy == "lab" or policy.startswith("lab:"):   # the lab world's synthetic policy
+        from prmkit.lab import load_lab_policy
+
+        return load_lab_policy(policy)
     rule = None if step_rule in (None, "auto") else step_rule
     if backend == "hf":
         from prmkit.generate.hf import HFGenConfig, load_hf_generator
@@ -98,6 +105,41 @@ def default_chunk(backend: str, n: int, batch_size: int, concurrency: int) -> in
     return max(1, rows // n)
 
 
+def add_policy_options(p: argparse.ArgumentParser) -> None:
+    """The options that say how a policy runs (all but its name), for every job that loads one
+    with :func:`load_policy`; read them back with :func:`policy_options`. Needs ``--step-rule``
+    to be defined by the job."""
+    p.add_argument("--backend", default="hf", choices=BACKENDS, help="how the policy runs")
+    p.add_argument("--prompt-style", default=None, choices=list(STYLES),
+                   help="how the policy is prompted; default: by model (see above)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="hf/vllm weights; auto = bfloat16")
+    p.add_argument("--device", default="cpu", help="hf: cpu, cuda, cuda:1, ...")
+    p.add_argument("--batch-size", type=int, default=8, help="hf: sequences decoded together")
+    p.add_argument("--threads", type=int, default=None,
+                   help="hf/llamacpp: CPU threads (1 is faster on a busy machine)")
+    p.add_argument("--n-ctx", type=int, default=4096, help="llamacpp: context length")
+    p.add_argument("--base-url", default=None, help="openai: the API root, e.g. http://host:8000/v1")
+    p.add_argument("--model-name", default=None, help="openai: the model name on the server "
+                                                      "(default: the model named above)")
+    p.add_argument("--api-key", default=None, help="openai: Bearer token")
+    p.add_argument("--concurrency", type=int, default=8, help="openai: requests in flight")
+    p.add_argument("--tokenizer", default=None,
+                   help="openai: a tokenizer folder (or default model) whose chat template to use")
+
+
+def policy_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of :func:`load_policy` (all but the name) from
+    :func:`add_policy_options`' options."""
+    if args.batch_size < 1 or args.concurrency < 1:
+        raise PrmkitError("--batch-size and --concurrency must be positive")
+    return dict(backend=args.backend, dtype=args.dtype, device=args.device,
+                batch_size=args.batch_size, threads=args.threads, base_url=args.base_url,
+                model_name=args.model_name, api_key=args.api_key, concurrency=args.concurrency,
+                tokenizer=args.tokenizer, prompt_style=args.prompt_style,
+                step_rule=args.step_rule, n_ctx=args.n_ctx)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -120,39 +162,21 @@ def add_generate(sub: Any) -> None:
                     "as problems finish; rerunning the same command after a kill resumes there "
                     "and writes the same records as an uninterrupted run.\n\nPrompt styles "
                     f"(--prompt-style; default models: {defaults}):\n{styles}")
-    p.add_argument("--policy", required=True,
-                   help="default model name (smollm2-135m, gemma3-270m), model folder, hub id, "
-                        ".gguf file (llamacpp) or server model name (openai)")
+    p.add_argument("--policy", required=True, help=POLICY_HELP)
     p.add_argument("--input", required=True, help="the problems")
     p.add_argument("--input-format", default="prmkit", choices=["problems"] + FORMAT_NAMES,
                    help=INPUT_HELP)
     p.add_argument("--output", required=True, help="where to write the candidates (prmkit JSONL)")
     p.add_argument("-n", type=int, default=8, help=h["n"].metadata["help"])
-    p.add_argument("--backend", default="hf", choices=BACKENDS, help="how the policy runs")
     p.add_argument("--max-tokens", type=int, default=512, help=h["max_tokens"].metadata["help"])
     p.add_argument("--temperature", type=float, default=0.7, help=h["temperature"].metadata["help"])
     p.add_argument("--top-p", type=float, default=1.0, help=h["top_p"].metadata["help"])
     p.add_argument("--seed", type=int, default=0, help=h["seed"].metadata["help"])
     p.add_argument("--step-rule", default=None, choices=list(RULES), help=h["step_rule"].metadata["help"])
-    p.add_argument("--prompt-style", default=None, choices=list(STYLES),
-                   help="how the policy is prompted; default: by model (see above)")
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")
     p.add_argument("--chunk", type=int, default=None,
                    help="problems per generator call; default: enough to fill a batch")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="hf/vllm weights; auto = bfloat16")
-    p.add_argument("--device", default="cpu", help="hf: cpu, cuda, cuda:1, ...")
-    p.add_argument("--batch-size", type=int, default=8, help="hf: sequences decoded together")
-    p.add_argument("--threads", type=int, default=None,
-                   help="hf/llamacpp: CPU threads (1 is faster on a busy machine)")
-    p.add_argument("--n-ctx", type=int, default=4096, help="llamacpp: context length")
-    p.add_argument("--base-url", default=None, help="openai: the API root, e.g. http://host:8000/v1")
-    p.add_argument("--model-name", default=None, help="openai: the model name on the server "
-                                                      "(default: --policy)")
-    p.add_argument("--api-key", default=None, help="openai: Bearer token")
-    p.add_argument("--concurrency", type=int, default=8, help="openai: requests in flight")
-    p.add_argument("--tokenizer", default=None,
-                   help="openai: a tokenizer folder (or default model) whose chat template to use")
+    add_policy_options(p)
     p.add_argument("--no-resume", action="store_true",
                    help="ignore OUT.partial from an earlier run and start again")
     p.set_defaults(run=_run_generate)
@@ -169,12 +193,7 @@ def _run_generate(args: argparse.Namespace) -> int:
                             top_p=args.top_p, seed=args.seed, step_rule=args.step_rule,
                             chunk=chunk, resume=not args.no_resume)
     problems = read_problems(args.input, args.input_format, args.limit)  # errors before loading
-    generator, prompter = load_policy(
-        args.policy, args.backend, dtype=args.dtype, device=args.device,
-        batch_size=args.batch_size, threads=args.threads, base_url=args.base_url,
-        model_name=args.model_name, api_key=args.api_key, concurrency=args.concurrency,
-        tokenizer=args.tokenizer, prompt_style=args.prompt_style, step_rule=args.step_rule,
-        n_ctx=args.n_ctx)
+    generator, prompter = load_policy(args.policy, **policy_options(args))
     summary = run_generate(problems, generator, prompter, args.output, config,
                            policy=args.policy, backend=args.backend)
     print(f"{summary.line(config.n)} -> {args.output}", file=sys.stderr)

@@ -262,16 +262,23 @@ class Reader:
                 # only the read positions go through the vocabulary projection
                 self.backbone, self.lm_head = backbone, lm_head
 
-    def logits(self, ids: Any, attn: Any, rows: Any, cols: Any, via: Any = None) -> Any:
+    def logits(self, ids: Any, attn: Any, rows: Any, cols: Any, via: Any = None,
+               cache: Any = None, positions: Any = None) -> Any:
         """Logits at (rows, cols). ``via`` runs the forward through a wrapper of the model
-        (DDP must see the forward call); it then takes the full forward path."""
+        (DDP must see the forward call); it then takes the full forward path. ``cache`` is a
+        transformers key-value cache of the tokens before ``ids`` (extended in place;
+        :mod:`prmkit.models.incremental`): ``ids`` then continue those tokens, at
+        ``positions`` (position ids) when the rows' caches are left-padded."""
         model = via if via is not None else self.model
         if self.format.reading == "label-tokens":
             if self.backbone is not None and via is None:
-                hidden = self.backbone(input_ids=ids, attention_mask=attn).last_hidden_state
+                hidden = self.backbone(input_ids=ids, attention_mask=attn,
+                                       **_cache_kwargs(self.backbone, cache, positions)).last_hidden_state
                 return self.lm_head(hidden[rows, cols])[:, self.pair]
-            return model(input_ids=ids, attention_mask=attn).logits[rows, cols][:, self.pair]
-        return _logits(model(input_ids=ids, attention_mask=attn))[rows, cols]
+            return model(input_ids=ids, attention_mask=attn,
+                         **_cache_kwargs(model, cache, positions)).logits[rows, cols][:, self.pair]
+        return _logits(model(input_ids=ids, attention_mask=attn,
+                             **_cache_kwargs(model, cache, positions)))[rows, cols]
 
     def probabilities(self, logits: Any) -> Any:
         """P(step is correct) from :meth:`logits`."""
@@ -317,6 +324,21 @@ def _logits(output: Any) -> Any:
     return output.logits if hasattr(output, "logits") else output[0]
 
 
+def _cache_kwargs(module: Any, cache: Any, positions: Any = None) -> dict[str, Any]:
+    """Forward arguments that pass a key-value cache: ``cache`` (transformers 5.x) or
+    ``past_key_values`` (before), whichever the module's forward takes, and the position ids
+    when given; none without a cache."""
+    if cache is None:
+        return {}
+    import inspect
+
+    params = inspect.signature(module.forward).parameters
+    kw = {"cache" if "cache" in params else "past_key_values": cache, "use_cache": True}
+    if positions is not None:
+        kw["position_ids"] = positions
+    return kw
+
+
 # ---------------------------------------------------------------------------------------------
 # loading
 
@@ -350,6 +372,12 @@ def load_hf_prm(model: str, step_format: str | StepFormat | None = None,
     :mod:`prmkit.train.modeldir`) load the same way."""
     config = config or HFConfig()
     path = resolve_model_path(model)  # a missing model is reported before the heavy imports
+    from prmkit.train.modeldir import read_train_info
+
+    if os.path.isdir(path) and read_train_info(path).get("kind") == "implicit-prm":
+        from prmkit.models.implicit import load_implicit_prm  # a policy + reference pair
+
+        return load_implicit_prm(path, config, step_format)  # type: ignore[return-value]
 
     import torch
     from transformers import AutoModel, AutoTokenizer

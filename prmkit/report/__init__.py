@@ -25,15 +25,17 @@ from prmkit.records import Record
 
 
 def build(records: Sequence[Record], title: str = "prmkit report", source: str = "",
-          threshold: float = 0.5, max_records: int = 300) -> str:
-    """The report page for ``records``, as a string."""
+          threshold: float = 0.5, max_records: int = 300,
+          extra: Sequence[tuple[str, str]] = (), bestofn: bool = True) -> str:
+    """The report page for ``records``, as a string; ``extra`` sections (title, HTML) first.
+    ``bestofn=False`` leaves out the best-of-N section (a caller that shows its own)."""
     from prmkit.evaluate import processbench, stepwise
     from prmkit.evaluate.common import pct
     from prmkit.report import html, plots
 
     if not records:
         raise PrmkitError("no records to report on")
-    sections: list[tuple[str, str]] = []
+    sections: list[tuple[str, str]] = list(extra)
     scored = [r for r in records if r.step_scores is not None]
     predicted = {r.id: processbench.predicted_first_error(r.step_scores, threshold)
                  for r in scored}
@@ -83,7 +85,7 @@ def build(records: Sequence[Record], title: str = "prmkit report", source: str =
                                  "score histogram"))
 
     # best-of-N
-    curve = _bestofn(records)
+    curve = _bestofn(records) if bestofn else None
     if curve is not None:
         rows = [[m] + [f"{p['accuracy']:.1f}" for p in pts] for m, pts in curve["methods"].items()]
         content = html.table(["method"] + [f"N={n}" for n in curve["n"]], rows)

@@ -53,6 +53,7 @@ def config_from_args(cls: Any, args: argparse.Namespace, **extra: Any) -> Any:
 
 
 def add_train(sub: Any) -> None:
+    from prmkit.train.implicit import ImplicitTrainConfig
     from prmkit.train.orm import ORMTrainConfig
     from prmkit.train.prm import PRMTrainConfig
 
@@ -60,14 +61,17 @@ def add_train(sub: Any) -> None:
                        description="Train a process (prm) or outcome (orm) reward model. Run "
                                    "`prmkit train prm --help` for the options.")
     kinds = p.add_subparsers(dest="kind", metavar="KIND",
-                             help="prm (step labels) or orm (outcome labels or pairs)")
-    docs = {"prm": "prmkit.train.prm", "orm": "prmkit.train.orm"}
-    for kind, cls in (("prm", PRMTrainConfig), ("orm", ORMTrainConfig)):
+                             help="prm (step labels), orm (outcome labels or pairs), or "
+                                  "implicit-prm (a PRM from outcome labels only)")
+    docs = {"prm": "prmkit.train.prm", "orm": "prmkit.train.orm",
+            "implicit-prm": "prmkit.train.implicit"}
+    for kind, cls in (("prm", PRMTrainConfig), ("orm", ORMTrainConfig),
+                      ("implicit-prm", ImplicitTrainConfig)):
         module = sys.modules.get(docs[kind]) or __import__(docs[kind], fromlist=["x"])
         k = kinds.add_parser(kind, help=(module.__doc__ or "").strip().splitlines()[0],
                              description=module.__doc__, formatter_class=_Raw)
         add_config_options(k, cls)
-        loop = k.add_argument_group("optimisation (shared by prm and orm)")
+        loop = k.add_argument_group("optimisation (shared by the trainers)")
         add_config_options(loop, LoopConfig)
         k.set_defaults(run=_run_train, config_class=cls)
     p.set_defaults(run=lambda args: _no_kind(p))
@@ -88,6 +92,8 @@ def _run_train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args.config_class, args, loop=loop, command=command)
     if args.kind == "prm":
         from prmkit.train.prm import train_prm as run
+    elif args.kind == "implicit-prm":
+        from prmkit.train.implicit import train_implicit as run
     else:
         from prmkit.train.orm import train_orm as run
     history = run(cfg)

@@ -163,7 +163,8 @@ class Loop:
                  output: str, pad_id: int, fitness: str,
                  evaluate: Callable[[Any], dict[str, float]],
                  save: Callable[[Any, str, dict[str, Any]], None], drop_mask: bool = True,
-                 autocast_bf16: bool = False):
+                 autocast_bf16: bool = False,
+                 loss_fn: Callable[[list[Example], Any, Any], Any] | None = None):
         import torch
         from accelerate import Accelerator
 
@@ -173,6 +174,9 @@ class Loop:
         self.reader, self.examples, self.pad_id, self.drop_mask = reader, examples, pad_id, drop_mask
         self.fitness, self.evaluate, self.save = fitness, evaluate, save
         self.autocast_bf16 = autocast_bf16
+        # a trainer with its own objective (train/implicit.py) passes loss_fn(examples, device,
+        # via) instead of a reader; ``via`` is the wrapped model under DDP, else None
+        self.loss_fn = loss_fn
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
         from prmkit.models.hf import token_budget_batches
 
@@ -261,6 +265,11 @@ class Loop:
 
         torch = self.torch
         exs = [self.examples[i] for i in batch]
+        if self.loss_fn is not None:
+            via = self.model if self.acc.num_processes > 1 else None
+            with torch.autocast(self.acc.device.type, dtype=torch.bfloat16,
+                                enabled=self.autocast_bf16):
+                return self.loss_fn(exs, self.acc.device, via)
         pairs = exs[0].rejected is not None
         seqs = exs + [e.rejected for e in exs] if pairs else exs
         ids, mask = pad_right([e.input_ids for e in seqs], self.pad_id)

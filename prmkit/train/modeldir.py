@@ -27,7 +27,7 @@ ARCHITECTURES = ("causal-lm", "token-classification")
 
 
 def architecture_of(reading: str) -> str:
-    return "causal-lm" if reading == "label-tokens" else "token-classification"
+    return "causal-lm" if reading in ("label-tokens", "log-ratio") else "token-classification"
 
 
 def load_model(path: str, architecture: str, num_labels: int | None, dtype: Any,

@@ -1,0 +1,28 @@
+"""The lab world: synthetic multi-step problems with exact step labels (see world.py)."""
+
+from prmkit.lab.oracle import GoldPRM
+from prmkit.lab.policy import LAB_STYLE, LabPolicy, LabPolicyConfig
+from prmkit.lab.world import (LabConfig, check_step, gold_labels, gold_record, make_problems,
+                              parse_problem, reference_steps)
+
+__all__ = ["LAB_STYLE", "GoldPRM", "LabConfig", "LabPolicy", "LabPolicyConfig", "check_step",
+           "gold_labels", "gold_record", "make_problems", "parse_problem", "reference_steps",
+           "load_lab_policy"]
+
+
+def load_lab_policy(name: str = "lab"):
+    """``(LabPolicy, its prompter)`` for a policy name ``lab``, ``lab:SLIP`` or
+    ``lab:SLIP:CONFUSE`` (e.g. ``lab:0.2:0``; see :class:`LabPolicyConfig`)."""
+    from prmkit.errors import PrmkitError
+
+    parts = name.split(":")[1:]
+    try:
+        if len(parts) > 2:
+            raise ValueError
+        values = dict(zip(("slip", "confuse"), (float(x) for x in parts)))
+        config = LabPolicyConfig(**values)
+    except (ValueError, PrmkitError):
+        raise PrmkitError(f"policy {name!r}: write lab, lab:SLIP or lab:SLIP:CONFUSE, with SLIP "
+                          f"in [0, 1) and CONFUSE in [0, 1]") from None
+    policy = LabPolicy(config)
+    return policy, policy.prompter

@@ -1,0 +1,173 @@
+"""The lab policy: a fast synthetic solver of lab problems, behind the ordinary Generator seam.
+
+A 135M-parameter policy writes about 50 tokens a second on this CPU and rarely solves a
+multi-step problem, so a demo of Monte Carlo labeling or search with it would take hours and
+show little. The lab policy stands in for it: a :class:`prmkit.generate.base.Generator` that
+reads a lab problem (:mod:`prmkit.lab.world`) and the steps written so far from its prompt and
+writes the rest of the solution, one calculation per line, instantly. It makes two kinds of
+mistakes, and later steps carry a wrong value on, the way a model carries its own mistake:
+
+* **slips**: a calculation comes out a little wrong (off by 1, 2 or 10), with probability
+  ``slip`` per add/sub step and ``hard_factor`` times that for mul/div. Slips are random, so
+  different samples disagree on the wrong answer: majority voting handles them well.
+* **confusions**: the wrong operation for what the problem says (adding what was given away,
+  multiplying instead of dividing). Every problem has one trap operation (chosen from a hash of
+  its text) that the policy confuses with a problem-specific chance between 0 and
+  ``confuse``. A confusion is systematic, so on a problem with a strong trap most samples agree
+  on the same wrong answer and majority voting fails; a verifier that reads the steps sees
+  "gives away 5, so she has 20 + 5". This is the case where the literature finds PRMs help
+  most.
+
+So:
+
+* its solutions have real first errors, and :func:`prmkit.lab.world.gold_labels` knows them;
+* Monte Carlo rollouts from a prefix succeed with a known chance: 0 after a slip, and
+  ``prod(1 - p_i)`` over the remaining steps otherwise, which makes MC labels measurably noisy
+  exactly as the Math-Shepherd paper describes (a right step whose rollouts all slip looks wrong);
+* everything else (prompts, stop strings, seeds, token counts, step-wise continuation) follows
+  the Generator rules, so ``generate``, ``label``, ``search``, ``train`` and ``eval`` run on it
+  unchanged. It is loaded by name: ``--policy lab``, ``lab:SLIP`` or ``lab:SLIP:CONFUSE`` (for
+example ``lab:0.2:0`` for slips of 0.2 and no confusions).
+
+Sampling: sample ``k`` of a prompt draws its slips from its own stream, seeded by
+:func:`prmkit.generate.base.sample_seed`, as every backend does. ``temperature`` scales the slip
+chance (``slip * temperature / 0.7``, capped at 0.9): ``temperature=0`` is greedy decoding and
+never slips, 0.7 is the nominal rate. A "token" is a word with the whitespace before it
+(:func:`prmkit.generate.fake.count_tokens`), so token budgets are comparable between methods
+but not with a real tokenizer's counts.
+
+The prompt is the ``lab`` style: the instruction, then ``Question: <problem>`` and ``Answer:``,
+one step per line (the few-shot layout without examples). A prompt whose problem is not a lab
+problem is an error, not a made-up answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Sequence
+
+from prmkit.errors import PrmkitError
+from prmkit.generate.base import Completion, check_sampling, check_stop, sample_seed
+from prmkit.generate.fake import FakeGenerator
+from prmkit.generate.prompts import INSTRUCTION, PromptStyle, Prompter
+from prmkit.lab.world import Problem, answer_text, apply, load_problem, step_text
+
+LAB_STYLE = PromptStyle(
+    name="lab", description="lab world: the instruction, Question: / Answer:, one step per line",
+    instruction=INSTRUCTION, end_strings=("\n\n", "\nQuestion:"))
+
+NOMINAL_TEMPERATURE = 0.7
+CONFUSED = {"add": "sub", "sub": "add", "mul": "div", "div": "mul"}
+_NUMBER = r"-?\d+(?:\.\d+)?"
+
+
+@dataclass
+class LabPolicyConfig:
+    """How often the lab policy slips."""
+
+    slip: float = field(default=0.12, metadata={
+        "help": "chance that one add/sub calculation is wrong at temperature 0.7"})
+    hard_factor: float = field(default=2.0, metadata={
+        "help": "mul/div calculations slip this many times as often"})
+    confuse: float = field(default=0.6, metadata={
+        "help": "the largest chance of confusing a problem's trap operation (each problem gets "
+                "its own chance, uniform in [0, confuse), at temperature 0.7)"})
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.slip < 1.0 or self.hard_factor < 0 or not 0.0 <= self.confuse <= 1.0:
+            raise PrmkitError(f"lab policy: slip must be in [0, 1), hard_factor >= 0 and "
+                              f"confuse in [0, 1], got {self.slip}, {self.hard_factor}, "
+                              f"{self.confuse}")
+
+
+class LabPolicy:
+    """A :class:`prmkit.generate.base.Generator` for lab problems (see the module docstring)."""
+
+    def __init__(self, config: LabPolicyConfig | None = None):
+        self.config = config or LabPolicyConfig()
+        self.prompter = Prompter(LAB_STYLE)
+        self.tokens_generated = 0
+        self._fake = FakeGenerator(self._script)
+        self._seed: int | None = 0
+        self._temperature = NOMINAL_TEMPERATURE
+
+    def generate(self, prompts: Sequence[str], n: int = 1, stop: Sequence[str] = (),
+                 max_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
+                 seed: int | None = None) -> list[list[Completion]]:
+        check_sampling(n, max_tokens, temperature, top_p, seed)
+        check_stop(stop)
+        self._seed, self._temperature = seed, temperature
+        out = self._fake.generate(prompts, n=n, stop=stop, max_tokens=max_tokens,
+                                  temperature=temperature, top_p=top_p, seed=seed)
+        self.tokens_generated += sum(c.n_tokens for row in out for c in row)
+        return out
+
+    def slip_chance(self, kind: str) -> float:
+        base = self.config.slip * (self.config.hard_factor if kind in ("mul", "div") else 1.0)
+        return min(0.9, base * self._temperature / NOMINAL_TEMPERATURE)
+
+    def trap(self, problem: Problem) -> tuple[int, float]:
+        """The problem's trap operation and the chance (at this temperature) of confusing it."""
+        digest = hashlib.sha256(problem.text().encode("utf-8")).digest()
+        index = int.from_bytes(digest[:4], "little") % len(problem.ops)
+        share = int.from_bytes(digest[4:8], "little") / 2 ** 32
+        chance = self.config.confuse * share * self._temperature / NOMINAL_TEMPERATURE
+        return index, min(0.95, chance)
+
+    def _script(self, prompt: str, k: int) -> str:
+        """The rest of the solution after ``prompt``, as sample ``k`` would write it."""
+        problem, written = self._read_prompt(prompt)
+        if self._temperature == 0:
+            k = 0
+        rng = random.Random(sample_seed(self._seed, prompt, k))
+        done = [line for line in written.split("\n") if line.strip()]
+        if written and not written.endswith("\n"):
+            raise PrmkitError("lab policy: a partial solution must end with a complete line")
+        if len(done) > len(problem.ops):
+            return ""                     # the answer line is written: the solution is over
+        x = carried_value(problem, done)
+        trap, confuse = self.trap(problem)
+        lines = []
+        for i in range(len(done), len(problem.ops)):
+            op = problem.ops[i]
+            kind = op.kind
+            if i == trap and rng.random() < confuse:
+                kind = CONFUSED[kind]
+            y = apply(kind, x, op.k)
+            if rng.random() < self.slip_chance(kind):
+                y = slip(rng, y)
+            lines.append(step_text(problem, i, x, y, kind))
+            x = y
+        lines.append(answer_text(x))
+        return "\n".join(lines)
+
+    def _read_prompt(self, prompt: str) -> tuple[Problem, str]:
+        head = prompt.rfind("Question: ")
+        end = prompt.find("\nAnswer:\n", head)
+        if head < 0 or end < 0:
+            raise PrmkitError("lab policy: the prompt is not in the lab style "
+                              "(Question: ... / Answer:)")
+        return load_problem(prompt[head + len("Question: "):end]), prompt[end + len("\nAnswer:\n"):]
+
+
+def carried_value(problem: Problem, steps: Sequence[str]):
+    """The value a solution carries after ``steps``: the result of its last calculation
+    (right or wrong), or the starting quantity before any."""
+    for step in reversed(steps):
+        found = re.findall(r"=\s*(" + _NUMBER + ")", step)
+        if found:
+            value = Fraction(found[-1])
+            return int(value) if value.denominator == 1 else value
+    return problem.start
+
+
+def slip(rng: random.Random, y):
+    """A plausible wrong result near ``y``: off by a little, or off by ten."""
+    while True:
+        wrong = y + rng.choice((-10, -2, -1, 1, 2, 10))
+        if wrong != y and (wrong > 0 or y <= -10):   # y <= -10: no positive value is near
+            return wrong

@@ -1,0 +1,106 @@
+"""The resumable labeling job, shared by ``label mc`` and ``label judge``, local or on Ray.
+
+A labeler is a function ``label(records) -> iterator of labelled records`` that yields each
+record as soon as it is finished (in any order). :func:`run_job` feeds it the records that are
+not finished yet and appends each yielded record to ``OUT.partial``, flushed and fsynced, so a
+kill loses at most the records in flight. A rerun of the same command reads ``OUT.partial``,
+skips the finished records and labels only the others; at the end ``OUT`` is written in input
+order. Because rollouts and judge samples are seeded per (seed, prompt, sample), the records a
+rerun labels come out as they would have in an uninterrupted run (bit for bit with exact
+backends such as the scripted and lab policies or float32; a bfloat16 model can differ in the
+last bits when a record shares its batch with other records than before).
+
+A rerun whose settings differ from those in ``OUT.partial`` (``meta[key]`` of its records) is
+refused: labels made two ways must not be mixed silently. Start again with ``resume=False``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from prmkit.errors import PrmkitError
+from prmkit.records import Record, ResumableWriter
+
+Labeler = Callable[[Iterable[Record]], Iterator[Record]]
+
+
+class _SyncedWriter(ResumableWriter):
+    """A :class:`ResumableWriter` that fsyncs every record it appends."""
+
+    def write(self, row: Record | dict[str, Any]) -> None:
+        super().write(row)
+        os.fsync(self._f.fileno())
+
+    def discard(self) -> None:
+        """Close and remove the partial file (a run that failed before its first record)."""
+        self._f.close()
+        os.unlink(self.partial)
+
+
+@dataclass
+class JobSummary:
+    records: int = 0          # in the input
+    resumed: int = 0          # already finished in OUT.partial
+    labelled: int = 0         # in this run
+    seconds: float = 0.0
+
+
+def run_job(records: Sequence[Record], label: Labeler, output: str, *, key: str,
+            settings: dict[str, Any], resume: bool = True, desc: str = "label",
+            progress: bool = True) -> tuple[list[dict[str, Any]], JobSummary]:
+    """Label ``records`` into ``output`` with ``label`` (see the module docstring).
+
+    ``key`` is the ``meta`` entry each labelled record carries its ``settings`` in. Returns the
+    output rows (input order) and a summary.
+    """
+    ids = [r.id for r in records]
+    fresh = not (resume and os.path.exists(output + ".partial"))
+    writer = _SyncedWriter(output, resume=resume)
+    done = writer.done_rows()
+    _check_resume(output, done, set(ids), key, settings)
+    todo = [r for r in records if r.id not in done]
+    summary = JobSummary(records=len(records), resumed=len(records) - len(todo))
+    if summary.resumed:
+        print(f"resuming: {summary.resumed} of {len(records)} records already labelled",
+              file=sys.stderr)
+    from tqdm import tqdm
+
+    start = time.perf_counter()
+    wanted = set(r.id for r in todo)
+    try:
+        with tqdm(total=len(records), initial=summary.resumed, desc=desc, unit="rec",
+                  disable=None if progress else True) as bar:
+            for rec in label(iter(todo)) if todo else ():
+                if rec.id not in wanted:
+                    raise RuntimeError(f"the labeler returned record {rec.id!r} twice or unasked")
+                wanted.discard(rec.id)
+                writer.write(rec)
+                summary.labelled += 1
+                bar.update(1)
+    except BaseException:
+        if fresh and not summary.labelled:   # failed before any record (e.g. loading the
+            writer.discard()                  # model): leave no empty partial file behind
+        raise
+    summary.seconds = time.perf_counter() - start
+    rows = writer.done_rows()
+    writer.close(order=ids)
+    return [rows[i] for i in ids], summary
+
+
+def _check_resume(output: str, done: dict[str, dict[str, Any]], ids: set[str], key: str,
+                  settings: dict[str, Any]) -> None:
+    for rid, row in done.items():
+        if rid not in ids:
+            raise PrmkitError(f"{output}.partial holds record {rid!r}, which is not in this "
+                              f"input; use --no-resume to start again")
+        old = (row.get("meta") or {}).get(key) or {}
+        for name, value in settings.items():
+            if name in old and old[name] != value:
+                raise PrmkitError(f"{output}.partial was labelled with {name}="
+                                  f"{json.dumps(old[name])}, this run has {name}="
+                                  f"{json.dumps(value)}; use --no-resume to start again")

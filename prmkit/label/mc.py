@@ -1,0 +1,344 @@
+"""Monte Carlo step labels (Math-Shepherd) and the first error by binary search (OmegaPRM).
+
+Math-Shepherd (Wang et al., 2024, "Math-Shepherd: Verify and Reinforce LLMs Step-by-step without
+Human Annotations") labels a step by *finishing* the solution from it: K rollouts continue the
+prefix that ends at the step, and the step is as good as the share of rollouts that reach the
+known answer. OmegaPRM (Luo et al., 2024, "Improve Mathematical Reasoning in Language Models by
+Automated Process Supervision") needs only the *first* wrong step and finds it by bisection.
+Zhang et al. (2025, "The Lessons of Developing Process Reward Models in Mathematical
+Reasoning") show that such labels are noisy; the judge and the consensus filter
+(:mod:`prmkit.label.judge`, :mod:`prmkit.label.consensus`) are the answer they propose.
+
+Definitions, for a record with steps s_0 .. s_{n-1} and a ``reference`` answer:
+
+probe i
+    K rollouts from the prefix s_0 .. s_i: the policy's prompt for the problem with those steps
+    written (:meth:`prmkit.generate.prompts.Prompter.prompt`), continued to the end of the
+    solution (stopped by the prompt style's end strings, as
+    :func:`prmkit.generate.stepwise.solve` stops a whole solution). A rollout is right when the
+    final answer of the whole text, prefix and continuation, is equivalent to ``reference``
+    (:func:`prmkit.answers.extract_answer` and :func:`prmkit.answers.is_equivalent`: the rule
+    ``prmkit generate`` grades candidates by). The probes of one round, over every record in
+    flight, go to the generator in one call, so a backend batches them. Sample k of a probe is
+    seeded from (seed, prompt, k) by the Generator contract; the prompt holds the problem and
+    the prefix, so a rerun draws the same rollouts for the same (record, step, k).
+the last step
+    The prefix s_0 .. s_{n-1} is the whole solution. When its last step states the final
+    answer (``\\boxed{...}`` or "the answer is"; :func:`prmkit.generate.prompts.has_final_answer`)
+    nothing is left to sample: its probe is the solution's own outcome, one free "rollout",
+    right when the solution's answer (``answer``, else extracted from the steps) is equivalent
+    to ``reference``. A solution whose last step states no answer (a cut-off solution) has its
+    last step rolled out like any other; ``last_step="rollout"`` always rolls it out.
+value
+    ``hard``: 1 if any rollout of the probe is right, else 0 (Math-Shepherd's hard estimate).
+    ``soft``: the fraction of right rollouts (its soft estimate).
+wrong
+    A probed step is judged wrong when its value is at most ``threshold`` (default 0: no rollout
+    reached the answer, OmegaPRM's rule for an error). In hard mode the value is 0 or 1, so every
+    threshold below 1 means "no rollout right"; in soft mode ``threshold=0.25`` means "at most a
+    quarter of the rollouts right".
+
+Strategies; ``first_error`` is always the first step judged wrong, -1 when none is:
+
+``per-step`` (Math-Shepherd)
+    Every step is probed, all in one round. ``labels`` are the values (0/1 in hard mode,
+    fractions in soft mode).
+``linear-stop``
+    Steps are probed in order, one round each, up to the first wrong one. ``labels``: 1 before
+    the first error, 0 at it, null after (ProcessBench's convention).
+``binary`` (OmegaPRM)
+    The last step is probed first. If it is not wrong the solution reaches the answer and, as
+    OmegaPRM assumes, every step is right (``first_error=-1``; with the solution's own answer
+    this costs no rollout). Otherwise: bisection between the last step known right (or the
+    start) and the first step known wrong, probing the middle, until the two are adjacent, about
+    log2(n) probes. Labels as for linear-stop. When a policy's chance of success never rises
+    again after a wrong step, and probes do not err, binary search finds the first error that
+    per-step finds; a noisy probe (a right step whose rollouts all fail) can make them differ.
+
+What is stored in ``meta["mc"]``, so that labels can be recomputed for another mode or
+threshold without new rollouts (:func:`relabel`)::
+
+    policy, strategy, mode, rollouts (K), threshold, last_step, seed, temperature, top_p,
+    max_tokens (the settings)
+    correct         per step: the right rollouts; null where the step was not probed
+    samples         per step: the rollouts behind ``correct`` (K, or 1 for the solution's own
+                    answer); null where not probed
+    probes          the probed steps, in the order they were probed
+    rollouts_spent  completions sampled for this record (the free own answer is not counted)
+    tokens          tokens generated for this record
+
+The value of step i is ``correct[i] / samples[i]`` (soft) or ``correct[i] > 0`` (hard).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Sequence
+
+from prmkit.answers import extract_answer, is_equivalent
+from prmkit.errors import PrmkitError, RecordError
+from prmkit.generate.base import Generator, check_sampling
+from prmkit.generate.prompts import Prompter, has_final_answer
+from prmkit.records import Record, labels_from_first_error
+from prmkit.steps import join_steps
+
+MODES = ("hard", "soft")
+STRATEGIES = ("per-step", "linear-stop", "binary")
+LAST_STEP = ("auto", "rollout")
+
+
+@dataclass
+class MCConfig:
+    """Settings of Monte Carlo labeling (see the module docstring for the definitions)."""
+
+    rollouts: int = field(default=8, metadata={
+        "help": "completions sampled from each probed prefix (K)"})
+    mode: str = field(default="hard", metadata={
+        "help": "hard: a step's value is 1 if any rollout reaches the reference answer, else 0; "
+                "soft: the fraction of rollouts that do"})
+    strategy: str = field(default="per-step", metadata={
+        "help": "per-step: probe every step (labels = values); linear-stop: probe in order up to "
+                "the first wrong step; binary: find the first wrong step by bisection (OmegaPRM). "
+                "The last two label 1 before the first error, 0 at it, null after"})
+    threshold: float = field(default=0.0, metadata={
+        "help": "a probed step is wrong when its value is at most this (in [0, 1)); 0 = no "
+                "rollout reached the answer"})
+    last_step: str = field(default="auto", metadata={
+        "help": "auto: when the last step states the final answer, the solution's own answer is "
+                "its probe (no rollouts); rollout: roll out the last step too"})
+    max_tokens: int = field(default=512, metadata={"help": "the most tokens per rollout"})
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature of rollouts"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling threshold of rollouts"})
+    seed: int = field(default=0, metadata={
+        "help": "rollout k of a prefix is seeded from (seed, prompt, k): reruns give the same labels"})
+    chunk: int = field(default=8, metadata={
+        "help": "records in flight: the probes of one round over all of them go to the "
+                "generator in one call"})
+
+    def __post_init__(self) -> None:
+        check_sampling(self.rollouts, self.max_tokens, self.temperature, self.top_p, self.seed)
+        if self.seed is None:
+            raise PrmkitError("Monte Carlo labeling needs an integer seed (it makes reruns exact)")
+        for name, value, known in (("mode", self.mode, MODES), ("strategy", self.strategy, STRATEGIES),
+                                   ("last_step", self.last_step, LAST_STEP)):
+            if value not in known:
+                raise PrmkitError(f"{name} {value!r} is not one of {', '.join(known)}")
+        if not 0.0 <= self.threshold < 1.0:
+            raise PrmkitError(f"threshold must be in [0, 1), got {self.threshold}")
+        if self.chunk < 1:
+            raise PrmkitError(f"chunk must be positive, got {self.chunk}")
+
+    def settings(self, policy: str = "") -> dict[str, Any]:
+        """What ``meta["mc"]`` records of these settings (a resumed run must match them)."""
+        return {"policy": policy, "strategy": self.strategy, "mode": self.mode,
+                "rollouts": self.rollouts, "threshold": self.threshold,
+                "last_step": self.last_step, "seed": self.seed, "temperature": self.temperature,
+                "top_p": self.top_p, "max_tokens": self.max_tokens}
+
+
+# ---------------------------------------------------------------------------------------------
+# the strategies: pure functions of what is known so far
+
+
+def step_value(correct: int, samples: int, mode: str) -> float:
+    """The value of a probed step: hard 1.0 if any rollout was right, soft the fraction."""
+    if mode == "hard":
+        return 1.0 if correct > 0 else 0.0
+    return correct / samples
+
+
+def next_probes(strategy: str, n: int, wrong: dict[int, bool]) -> list[int]:
+    """The steps to probe next, given the verdicts so far (``wrong[i]`` for probed steps);
+    ``[]`` when the strategy is done."""
+    if strategy == "per-step":
+        return [i for i in range(n) if i not in wrong]
+    if strategy == "linear-stop":
+        if any(wrong.values()):
+            return []
+        return [i for i in range(n) if i not in wrong][:1]
+    if strategy != "binary":
+        raise PrmkitError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    if n - 1 not in wrong:
+        return [n - 1]
+    if not wrong[n - 1]:
+        return []                                    # the solution reaches the answer
+    hi = min(i for i, w in wrong.items() if w)        # first step known wrong
+    lo = max((i for i, w in wrong.items() if not w and i < hi), default=-1)
+    return [] if hi - lo <= 1 else [(lo + hi) // 2]
+
+
+def first_error(wrong: dict[int, bool]) -> int:
+    """The first step judged wrong, -1 if none."""
+    return min((i for i, w in wrong.items() if w), default=-1)
+
+
+def _verdicts(correct: Sequence[int | None], samples: Sequence[int | None], mode: str,
+              threshold: float) -> dict[int, bool]:
+    return {i: step_value(c, s, mode) <= threshold
+            for i, (c, s) in enumerate(zip(correct, samples)) if c is not None and s}
+
+
+def _labels(strategy: str, mode: str, correct: Sequence[int | None], samples: Sequence[int | None],
+            fe: int) -> list[float | None]:
+    if strategy == "per-step":
+        return [None if c is None or not s else step_value(c, s, mode)
+                for c, s in zip(correct, samples)]
+    return labels_from_first_error(len(correct), fe)
+
+
+# ---------------------------------------------------------------------------------------------
+# one record
+
+
+@dataclass
+class _Job:
+    """A record being labelled: its counts so far."""
+
+    record: Record
+    own_answer: bool                  # the last step's probe is the solution's own outcome
+    correct: list[int | None]
+    samples: list[int | None]
+    probes: list[int] = field(default_factory=list)
+    rollouts_spent: int = 0
+    tokens: int = 0
+
+    @classmethod
+    def start(cls, record: Record, config: MCConfig) -> "_Job":
+        if record.reference is None or not record.reference.strip():
+            raise RecordError(f"record {record.id!r} has no reference answer; Monte Carlo "
+                              f"labels need one", field="reference")
+        own = config.last_step == "auto" and has_final_answer(record.steps[-1])
+        n = len(record.steps)
+        return cls(record, own, [None] * n, [None] * n)
+
+    def advance(self, config: MCConfig, prompter: Prompter) -> list[int]:
+        """The steps to roll out next (the free last step is settled here); [] when done."""
+        n = len(self.record.steps)
+        while True:
+            wanted = next_probes(config.strategy, n, self.verdicts(config))
+            if not (self.own_answer and n - 1 in wanted):
+                return wanted
+            answer = self.record.answer
+            if answer is None:
+                answer = extract_answer(join_steps(self.record.steps, prompter.rule))
+            self.settle(n - 1, int(is_equivalent(answer, self.record.reference)), 1)
+
+    def settle(self, i: int, correct: int, samples: int) -> None:
+        self.correct[i], self.samples[i] = correct, samples
+        self.probes.append(i)
+
+    def verdicts(self, config: MCConfig) -> dict[int, bool]:
+        return _verdicts(self.correct, self.samples, config.mode, config.threshold)
+
+    def finish(self, config: MCConfig, policy: str) -> Record:
+        fe = first_error(self.verdicts(config))
+        # a new record: the caller's input record is left as it was
+        return dataclasses.replace(
+            self.record, first_error=fe,
+            labels=_labels(config.strategy, config.mode, self.correct, self.samples, fe),
+            meta=dict(self.record.meta, mc=dict(
+                config.settings(policy), correct=self.correct, samples=self.samples,
+                probes=self.probes, rollouts_spent=self.rollouts_spent, tokens=self.tokens)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the labeling loop
+
+
+def label_mc(records: Iterable[Record], generator: Generator, prompter: Prompter,
+             config: MCConfig | None = None, policy: str = "") -> Iterator[Record]:
+    """Label ``records`` by Monte Carlo rollouts; yield each one as soon as it is finished.
+
+    Up to ``config.chunk`` records are in flight; each round gathers the probes every one of
+    them needs and rolls them all out in one generator call. Records are yielded in the order
+    they finish (input order within a round). ``policy`` is recorded in ``meta["mc"]``.
+    """
+    config = config or MCConfig()
+    pending = iter(records)
+    active: list[_Job] = []
+    exhausted = False
+    while True:
+        while not exhausted and len(active) < config.chunk:
+            rec = next(pending, None)
+            if rec is None:
+                exhausted = True
+            else:
+                active.append(_Job.start(rec, config))
+        if not active:
+            return
+        wanted: list[tuple[_Job, int]] = []
+        still: list[_Job] = []
+        for job in active:
+            steps = job.advance(config, prompter)
+            if steps:
+                wanted += [(job, i) for i in steps]
+                still.append(job)
+            else:
+                yield job.finish(config, policy)
+        active = still
+        if wanted:
+            _roll_out(generator, prompter, config, wanted)
+
+
+def _roll_out(generator: Generator, prompter: Prompter, config: MCConfig,
+              wanted: list[tuple[_Job, int]]) -> None:
+    """Roll out every wanted probe in one generator call and settle its count."""
+    prompts = [prompter.prompt(job.record.problem, job.record.steps[:i + 1]) for job, i in wanted]
+    outs = generator.generate(prompts, n=config.rollouts, stop=prompter.end_strings,
+                              max_tokens=config.max_tokens, temperature=config.temperature,
+                              top_p=config.top_p, seed=config.seed)
+    for (job, i), row in zip(wanted, outs):
+        prefix = join_steps(job.record.steps[:i + 1], prompter.rule) + prompter.separator
+        right = 0
+        for c in row:
+            text = c.text[:-len(c.stop)] if c.stop else c.text   # without the end string
+            right += is_equivalent(extract_answer(prefix + text), job.record.reference)
+        job.settle(i, right, len(row))
+        job.rollouts_spent += len(row)
+        job.tokens += sum(c.n_tokens for c in row)
+
+
+# ---------------------------------------------------------------------------------------------
+# new labels from stored counts
+
+
+def relabel(record: Record, mode: str | None = None, threshold: float | None = None) -> Record:
+    """``record`` labelled again from the counts in ``meta["mc"]`` under another mode and/or
+    threshold, exactly as a rerun with the same seed would label it, without new rollouts.
+
+    The stored strategy is replayed against the stored counts (rollouts are seeded, so a rerun
+    would draw the same ones). Per-step labels always replay. A search (linear-stop, binary)
+    may need a step the first run did not probe; that is a :class:`PrmkitError`.
+    """
+    mc = record.meta.get("mc")
+    if not isinstance(mc, dict):
+        raise RecordError(f"record {record.id!r} has no Monte Carlo counts", field="meta")
+    mode = mc["mode"] if mode is None else mode
+    threshold = mc["threshold"] if threshold is None else threshold
+    MCConfig(mode=mode, threshold=threshold, strategy=mc["strategy"])  # validates
+    correct, samples = mc["correct"], mc["samples"]
+    n = len(record.steps)
+    if len(correct) != n or len(samples) != n:
+        raise RecordError(f"record {record.id!r}: meta.mc counts do not match its {n} steps",
+                          field="meta")
+    known = _verdicts(correct, samples, mode, threshold)
+    seen: dict[int, bool] = {}
+    while True:                                  # replay the search on the stored counts
+        steps = next_probes(mc["strategy"], n, seen)
+        if not steps:
+            break
+        missing = [i for i in steps if i not in known]
+        if missing:
+            raise PrmkitError(f"record {record.id!r}: with mode={mode}, threshold={threshold} the "
+                              f"{mc['strategy']} search needs step {missing[0]}, which was not "
+                              f"probed; label it again with new rollouts")
+        seen.update({i: known[i] for i in steps})
+    fe = first_error(seen)
+    kept = [c if i in seen else None for i, c in enumerate(correct)]
+    counts = [s if i in seen else None for i, s in enumerate(samples)]
+    out = Record.from_dict(record.to_dict())
+    out.first_error = fe
+    out.labels = _labels(mc["strategy"], mode, kept, counts, fe)
+    out.meta["mc"] = dict(mc, mode=mode, threshold=threshold)
+    return out

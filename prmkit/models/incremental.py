@@ -1,0 +1,358 @@
+"""Incremental PRM scoring for search: each token of a search tree goes through the PRM once.
+
+Search (beam, DVTS, MCTS: :mod:`prmkit.search`) grows partial solutions one step at a time and
+needs the PRM's score of every new step. Scoring each grown solution from scratch re-reads the
+problem and every earlier step at every iteration, so a path of depth D costs O(D^2) step
+tokens. Here a partial solution is a :class:`Prefix`: its steps, its step scores, and, for a
+transformers PRM, the key-value cache of its tokens. Extending it by one step feeds only the
+new tokens, with the prefix's cache as ``past_key_values``, and reads the new step's score
+through the PRM's own :class:`prmkit.models.hf.Reader` (so every HF PRM, and the default PRM,
+works unchanged).
+
+Two scorers, one contract (:class:`PrefixScorer`):
+
+* :class:`IncrementalPRM` wraps an :class:`~prmkit.models.hf.HFPRM` and reuses caches.
+* :class:`RescoringScorer` wraps any PRM (:class:`prmkit.models.base.PRM`: remote, vLLM, an
+  oracle in tests) and re-scores every grown solution whole, one forward pass per solution.
+  Over an HFPRM it is the *reference mode* of the incremental scorer: the tests show both give
+  the same scores (to 1e-4 in float32).
+
+Why reuse is exact. The step format builds ids piece by piece
+(:meth:`prmkit.stepformat.BoundFormat.encode`), so the ids of a solution's first k steps are a
+prefix of the ids of its first k+1 steps, and in a causal model a token's output depends only
+on the tokens before it. The scorer does not take this on trust: it encodes every grown solution
+with the step format and checks that the parent's ids are a prefix of the child's. When they
+are not (a format whose text after the last step depends on which step is last, such as a chat
+layout that closes the assistant turn), that child is read from scratch, and counted in
+``fallbacks``. Bidirectional models (BERT-like) and models with sliding-window attention
+cannot reuse a cache at all: :func:`prefix_scorer` gives them the rescoring scorer.
+
+Batching. All items of one ``extend`` call go through the model together, in batches under
+the PRM's token budget: each row is one new step on top of its parent's cache. Caches of
+different lengths are left-padded (masked, with each row's position ids continuing its own
+prefix), new ids are right-padded; when every row has the same cached length (the children of
+one parent, say) no mask is needed at all, as for one-pass scoring. The roots (the problem text
+alone) of a batch of problems are read in one pass too.
+
+Memory. A prefix keeps the cache of *its own* tokens only (its segment: the separator and the
+new step), plus a reference to its parent; the cache of a whole path is put together from the
+segments when the path is extended. Every token of the live tree is therefore stored once,
+and a pruned node's segment is freed as soon as nothing refers to it: a search that drops a
+beam drops its :class:`Prefix`, and the segments of its ancestors go when their last live
+descendant goes; a finished solution's own segment is dropped at once (:func:`release`). Per token the cache takes ``2 x layers x kv_heads x head_dim`` numbers
+(SmolLM2-135M in bfloat16: 23 KB), so a tree of 10,000 live tokens holds about 230 MB.
+
+Token accounting. ``tokens`` counts the tokens fed through the PRM's forward passes (padding
+excluded): with reuse, the problem once per root and each step (with its separator) once;
+without, every grown solution whole. ``Prefix.cost`` is the share of one prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+from prmkit.errors import PrmkitError
+
+
+@dataclass(eq=False)
+class Prefix:
+    """A scored partial solution: its steps, a score per step, and the scorer's private state.
+
+    ``cost`` is the number of PRM tokens processed to create this prefix (None when the PRM
+    cannot tell, e.g. a remote one). The fields after ``cost`` belong to
+    :class:`IncrementalPRM`: the full ids, the cache segment covering ``ids[kv_start:]`` (one
+    ``(keys, values)`` pair per layer) and the parent whose cache covers ``ids[:kv_start]``.
+    """
+
+    problem: str
+    steps: tuple[str, ...] = ()
+    scores: tuple[float | None, ...] = ()
+    cost: int | None = 0
+    parent: "Prefix | None" = field(default=None, repr=False)
+    ids: list[int] = field(default_factory=list, repr=False)
+    kv: list[tuple[Any, Any]] | None = field(default=None, repr=False)
+    kv_start: int = 0
+
+
+class PrefixScorer(Protocol):
+    """What search needs from a PRM (see the module docstring)."""
+
+    tokens: int | None   # PRM tokens processed so far (None: the PRM cannot tell)
+
+    def roots(self, problems: Sequence[str]) -> list[Prefix]:
+        """The empty solution of each problem (no steps yet)."""
+        ...
+
+    def extend(self, items: Sequence[tuple[Prefix, str]]) -> list[Prefix]:
+        """Each ``(prefix, step)`` grown by one step, scored; one result per item, in order."""
+        ...
+
+    def score_full(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[Prefix]:
+        """Whole solutions, every step scored in one pass (best-of-N)."""
+        ...
+
+
+def prefix_scorer(prm: Any, kv_reuse: bool = True) -> PrefixScorer:
+    """The incremental scorer for an HF PRM that can reuse caches (when ``kv_reuse``), else
+    the rescoring scorer. A scorer passed in is returned as it is."""
+    if hasattr(prm, "extend") and hasattr(prm, "roots"):
+        return prm
+    from prmkit.models.hf import HFPRM
+
+    if kv_reuse and isinstance(prm, HFPRM) and reuse_blocker(prm) is None:
+        return IncrementalPRM(prm)
+    return RescoringScorer(prm)
+
+
+# ---------------------------------------------------------------------------------------------
+# any PRM: re-score the whole solution
+
+
+class RescoringScorer:
+    """Any PRM: a grown solution is scored whole (one ``prm.score`` call per batch of items).
+
+    The new prefix keeps its parent's scores and adds the last step's score, so a path's
+    scores are the ones search ranked it by. PRM tokens are counted when the PRM exposes its
+    step format (``bound`` and ``max_length``, as the HF and vLLM scorers do), else ``tokens``
+    and every ``cost`` are None.
+    """
+
+    def __init__(self, prm: Any):
+        self.prm = prm
+        self.counts = hasattr(prm, "bound") and hasattr(prm, "max_length")
+        self.tokens: int | None = 0 if self.counts else None
+
+    def roots(self, problems: Sequence[str]) -> list[Prefix]:
+        return [Prefix(p) for p in problems]
+
+    def extend(self, items: Sequence[tuple[Prefix, str]]) -> list[Prefix]:
+        if not items:
+            return []
+        problems = [p.problem for p, _ in items]
+        steps = [list(p.steps) + [s] for p, s in items]
+        scored = self.prm.score(problems, steps)
+        return [Prefix(p.problem, tuple(st), p.scores + (sc[-1],), cost)
+                for (p, _), st, sc, cost in zip(items, steps, scored, self._costs(problems, steps))]
+
+    def score_full(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[Prefix]:
+        if not problems:
+            return []
+        scored = self.prm.score(problems, steps)
+        return [Prefix(p, tuple(st), tuple(sc), cost)
+                for p, st, sc, cost in zip(problems, steps, scored, self._costs(problems, steps))]
+
+    def _costs(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[int | None]:
+        if not self.counts:
+            return [None] * len(problems)
+        costs = [len(self.prm.bound.encode(p, s, max_length=self.prm.max_length).input_ids)
+                 for p, s in zip(problems, steps)]
+        self.tokens = (self.tokens or 0) + sum(costs)
+        return list(costs)
+
+
+# ---------------------------------------------------------------------------------------------
+# an HF PRM: reuse the key-value cache of the prefix
+
+
+def reuse_blocker(prm: Any) -> str | None:
+    """Why ``prm`` (an HFPRM) cannot reuse caches, or None when it can."""
+    from prmkit.models.hf import BIDIRECTIONAL
+
+    config = prm.model.config
+    if getattr(config, "model_type", "") in BIDIRECTIONAL or getattr(config, "is_encoder_decoder", False):
+        return "the model attends in both directions, so earlier tokens change with later ones"
+    if getattr(config, "sliding_window", None) or "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+        return "the model has sliding-window attention layers"
+    if prm.format.reading not in ("label-tokens", "classes", "value"):
+        return f"reading {prm.format.reading!r} is not read at one position per step"
+    return None
+
+
+class IncrementalPRM:
+    """An :class:`~prmkit.models.hf.HFPRM` that scores a grown solution's new step only, on top
+    of its prefix's key-value cache (see the module docstring)."""
+
+    def __init__(self, prm: Any):
+        why = reuse_blocker(prm)
+        if why is not None:
+            raise PrmkitError(f"this PRM cannot reuse its key-value cache: {why}; use the "
+                              f"rescoring scorer")
+        import torch
+
+        self.torch = torch
+        self.prm = prm
+        self.reference = RescoringScorer(prm)   # whole solutions (best-of-N) are read in one pass
+        self.tokens: int = 0        # real tokens fed through the model
+        self.computed: int = 0      # including padding
+        self.forwards: int = 0
+        self.fallbacks: int = 0     # children whose parent's ids were not a prefix of theirs
+
+    # -- the contract -----------------------------------------------------------------------
+    def roots(self, problems: Sequence[str]) -> list[Prefix]:
+        """Read each problem's text (the ids before the first step) once, keeping its cache."""
+        roots = [Prefix(p, ids=head_ids(self.prm.bound, p)) for p in problems]
+        todo = [r for r in roots if r.ids and len(r.ids) <= self.prm.max_length]
+        for batch in self.prm.batches([len(r.ids) for r in todo]):
+            group = [todo[i] for i in batch]
+            # read at each row's last token (the output is not needed, only the cache)
+            cache, _ = self._forward([r.ids for r in group], [len(r.ids) - 1 for r in group],
+                                     [[] for _ in group])
+            for b, r in enumerate(group):
+                r.kv, r.kv_start, r.cost = _segment(cache, b, 0, len(r.ids)), 0, len(r.ids)
+        return roots
+
+    def extend(self, items: Sequence[tuple[Prefix, str]]) -> list[Prefix]:
+        out: list[Prefix | None] = [None] * len(items)
+        members: list[_Member] = []
+        for j, (parent, step) in enumerate(items):
+            steps = parent.steps + (step,)
+            enc = self.prm.bound.encode(parent.problem, list(steps), max_length=self.prm.max_length)
+            if enc.truncated:   # past the model's length: not scored, like HFPRM.score
+                out[j] = Prefix(parent.problem, steps, parent.scores + (None,), 0, parent, enc.input_ids)
+                continue
+            child = Prefix(parent.problem, steps, parent.scores, 0, parent, list(enc.input_ids))
+            read, start = enc.read_positions[-1], len(parent.ids)
+            if parent.kv is not None and child.ids[:start] == parent.ids and read >= start:
+                members.append(_Member(j, child, child.ids[start:], read - start, parent))
+            elif not parent.ids and parent.kv is None:   # nothing before the first step
+                members.append(_Member(j, child, child.ids, read, None))
+            else:                                        # read from scratch
+                self.fallbacks += 1
+                child.parent = None
+                members.append(_Member(j, child, child.ids, read, None))
+        # longest cached prefix first, a parent's children together; batches within the budget
+        members.sort(key=lambda m: (-m.past, id(m.base)))
+        batch: list[_Member] = []
+        for m in members:
+            width = max([x.past for x in batch] + [m.past]) + max([len(x.ids) for x in batch] + [len(m.ids)])
+            if batch and width * (len(batch) + 1) > self.prm.config.token_budget:
+                self._read(batch, out)
+                batch = []
+            batch.append(m)
+        if batch:
+            self._read(batch, out)
+        return out  # type: ignore[return-value]
+
+    def score_full(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[Prefix]:
+        before = self.reference.tokens or 0
+        out = self.reference.score_full(problems, steps)
+        self.tokens += (self.reference.tokens or 0) - before
+        return out
+
+    # -- the forward passes -----------------------------------------------------------------
+    def _read(self, batch: list["_Member"], out: list[Prefix | None]) -> None:
+        """One forward pass: each member's new ids on top of its base's cache, left-padded to
+        the longest cache; read the new step's score, keep each member's cache segment."""
+        pasts: dict[int, list[tuple[Any, Any]]] = {}
+        for m in batch:
+            if m.base is not None and id(m.base) not in pasts:
+                pasts[id(m.base)] = _path_cache(m.base)
+        cache, probs = self._forward([m.ids for m in batch], [m.col for m in batch],
+                                     [pasts.get(id(m.base), []) for m in batch])
+        width = max(m.past for m in batch)
+        for b, m in enumerate(batch):
+            m.child.kv = _segment(cache, b, width, width + len(m.ids))
+            m.child.kv_start = m.past
+            m.child.scores = m.child.scores + (probs[b],)
+            m.child.cost = len(m.ids)
+            out[m.j] = m.child
+
+    def _forward(self, seqs: list[list[int]], cols: list[int],
+                 pasts: list[list[tuple[Any, Any]]]) -> tuple[Any, list[float]]:
+        """One forward pass of right-padded ``seqs``, row ``b`` after its cached tokens
+        ``pasts[b]`` (one (keys, values) pair per layer, batch 1; empty: none). Shorter caches
+        are left-padded and masked, and each row's positions continue its own cache. Returns
+        the extended cache and each row's score at its column ``cols[b]``."""
+        torch = self.torch
+        from transformers import DynamicCache
+
+        from prmkit.models.hf import pad_right
+
+        prm = self.prm
+        ids, mask = pad_right(seqs, prm.pad_id)
+        lengths = [p[0][0].shape[2] if p else 0 for p in pasts]
+        width = max(lengths)
+        cache = DynamicCache(config=prm.model.config)
+        attn = positions = None
+        if width:
+            n_layers = max(len(p) for p in pasts)
+            for layer in range(n_layers):
+                k0, v0 = next(p[layer] for p in pasts if p)
+                keys = k0.new_zeros((len(seqs), k0.shape[1], width, k0.shape[3]))
+                values = v0.new_zeros((len(seqs), v0.shape[1], width, v0.shape[3]))
+                for b, p in enumerate(pasts):
+                    if p:
+                        keys[b, :, width - lengths[b]:] = p[layer][0][0]
+                        values[b, :, width - lengths[b]:] = p[layer][1][0]
+                cache.update(keys, values, layer)
+            if min(lengths) < width:   # left padding in the cache: mask it, shift positions
+                left = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], dtype=torch.long)
+                attn = torch.cat([left, mask], dim=1).to(prm.device)
+                positions = (torch.tensor(lengths).unsqueeze(1) + torch.arange(ids.shape[1])).to(prm.device)
+        self.forwards += 1
+        self.tokens += int(mask.sum())
+        self.computed += ids.numel()
+        device = prm.device
+        with torch.inference_mode():
+            r = torch.arange(len(seqs), dtype=torch.long, device=device)
+            c = torch.tensor(cols, dtype=torch.long, device=device)
+            logits = prm.reader.logits(ids.to(device), attn, r, c, cache=cache, positions=positions)
+            probs = prm.reader.probabilities(logits).float().cpu().tolist()
+        return cache, probs
+
+
+@dataclass(eq=False)
+class _Member:
+    """One child to read: its place in the output, its new ids, where its score is read among
+    them, and the prefix whose cache it continues (None: from scratch)."""
+
+    j: int
+    child: Prefix
+    ids: list[int]
+    col: int
+    base: Prefix | None
+
+    @property
+    def past(self) -> int:
+        return len(self.base.ids) if self.base is not None else 0
+
+
+def release(prefix: Prefix) -> None:
+    """Drop the cache segment of a prefix that will not be extended (a finished solution).
+    Its ancestors' segments stay as long as other prefixes refer to them; extending it anyway
+    reads it from scratch (a fallback), so this is never wrong, only slower."""
+    prefix.kv = None
+
+
+def head_ids(bound: Any, problem: str) -> list[int]:
+    """The ids before the first step: ``encode(problem, [])``, or only the BOS token (if any)
+    when the format puts nothing before the first step (the ``turns`` layout)."""
+    head, _, _ = bound.pieces(problem, [])
+    return list(bound.encode(problem, []).input_ids) if head else list(bound.bos)
+
+
+def _segment(cache: Any, row: int, start: int, end: int) -> list[tuple[Any, Any]]:
+    """Row ``row``'s keys and values at positions [start, end), copied out of the batch."""
+    return [(layer.keys[row:row + 1, :, start:end].clone(), layer.values[row:row + 1, :, start:end].clone())
+            for layer in cache.layers]
+
+
+def _path_cache(prefix: Prefix) -> list[tuple[Any, Any]]:
+    """The cache of all of ``prefix``'s ids, put together from its segments and its ancestors'."""
+    import torch
+
+    segments = []
+    node: Prefix | None = prefix
+    while node is not None:
+        if node.kv is None:
+            raise PrmkitError("internal: a prefix on the path has no cache")
+        segments.append(node.kv)
+        if node.kv_start == 0:
+            break
+        node = node.parent
+    segments.reverse()
+    if len(segments) == 1:
+        return segments[0]
+    return [(torch.cat([s[layer][0] for s in segments], dim=2),
+             torch.cat([s[layer][1] for s in segments], dim=2)) for layer in range(len(segments[0]))]

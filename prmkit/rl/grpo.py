@@ -1,0 +1,316 @@
+"""RL with process rewards on TRL's GRPO trainer: the recipe behind ``prmkit rl``.
+
+GRPO (Shao et al. 2024, "DeepSeekMath"): for each prompt, sample a group of completions, score
+each, and push up the completions that beat their group's mean. Rewards (``--reward``):
+
+``outcome``            1 if the final answer is right (RLVR, DeepSeek-R1's choice);
+``prm``                the PRM's step scores aggregated into one number (``--aggregate``);
+``outcome+prm``        outcome + ``--prm-weight`` x the aggregate;
+``prm-steps``          per-step PRM rewards on step-end tokens only;
+``outcome+prm-steps``  outcome (as GRPO) + ``--prm-weight`` x per-step PRM rewards.
+
+Per-step rewards and TRL. TRL's ``GRPOTrainer`` takes one scalar reward per completion; its
+reward functions cannot return token-level rewards. Its loss does accept token-level
+*advantages* (shape batch x tokens, kept for subclasses), so the ``*-steps`` modes use a thin
+subclass (:func:`process_trainer`) that, after TRL has scored a batch, adds a process advantage
+per token: the step scores are shaped (``--shaping`` raw, delta or min-form, see
+:mod:`prmkit.rl.shaping`), placed on the last token of each step in the policy's own sampled
+tokens, summed into returns-to-go (undiscounted, as PPO with gamma = lambda = 1 and no critic),
+and centred by the mean return of the completion's group (a GRPO baseline; tokens after the
+last step get 0). The advantage of token t is then ``A_outcome + prm_weight * (G_t - mean G_0)``.
+This overrides TRL's private ``_generate_and_score_completions`` and is tested against trl 1.13;
+``pip install 'prmkit[rl]'`` pins that range. PRIME (Cui et al. 2025) and PURE (Cheng et al.
+2025) combine outcome and process advantages the same way.
+
+Diagnostics: every batch, each completion is scored for the outcome *and* by the PRM (also in
+the ``outcome`` mode, where the PRM does not train), and :class:`prmkit.rl.diagnostics.RewardLog`
+writes the mean PRM reward, accuracy, length (tokens) and steps per step to ``rl_log.jsonl``,
+with reward-hacking flags at the end. Before and after training, greedy solutions of held-out
+problems give the accuracy (``result.json``).
+
+Problems: a prmkit records file with ``problem`` and ``reference`` (``--data``), or the lab world
+(:mod:`prmkit.lab`, the default: short arithmetic chains a 135M policy can sometimes solve).
+Prompts are the policy's own chat prompt (:mod:`prmkit.generate.prompts`), the same text for
+training and evaluation. The same recipe runs on GPUs through TRL's launch
+(``accelerate launch -m prmkit.cli rl ...``, with ``--device`` left to accelerate).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from prmkit.errors import PrmkitError
+
+REWARDS = ("outcome", "prm", "outcome+prm", "prm-steps", "outcome+prm-steps")
+
+
+@dataclass
+class RLConfig:
+    """``prmkit rl``: GRPO on a small policy with prmkit rewards."""
+
+    output: str = field(metadata={"help": "output folder: result.json, rl_log.jsonl, policy/"})
+    policy: str = field(default="smollm2-135m", metadata={
+        "help": "the policy to train: a default model name or a causal LM folder"})
+    reward: str = field(default="outcome", metadata={
+        "help": "outcome, prm, outcome+prm, prm-steps or outcome+prm-steps (see above)"})
+    prm: str | None = field(default=None, metadata={
+        "help": "the PRM: a model folder, a default name, the URL of prmkit serve, or "
+                "lab-gold (the lab world's exact step labels). Without it, diagnostics have no "
+                "PRM reward"})
+    aggregate: str = field(default="min", metadata={
+        "help": "prm / outcome+prm: how step scores become one reward (min, prod, mean, last)"})
+    shaping: str = field(default="delta", metadata={
+        "help": "*-steps: raw, delta or min (prmkit.rl.shaping)"})
+    prm_weight: float = field(default=0.5, metadata={"help": "weight of the PRM term"})
+    data: str | None = field(default=None, metadata={
+        "help": "training problems (records with problem and reference); default: lab problems"})
+    lab_problems: int = field(default=64, metadata={"help": "lab problems to train on"})
+    lab_min_steps: int = field(default=1, metadata={"help": "fewest operations of a lab problem"})
+    lab_max_steps: int = field(default=2, metadata={"help": "most operations of a lab problem"})
+    eval_problems: int = field(default=32, metadata={
+        "help": "held-out problems (lab, or the last ones of --data) for accuracy before/after"})
+    max_steps: int = field(default=20, metadata={"help": "GRPO optimiser steps"})
+    num_generations: int = field(default=4, metadata={"help": "completions per prompt (group)"})
+    prompts_per_step: int = field(default=2, metadata={"help": "prompts per optimiser step"})
+    max_completion_length: int = field(default=96, metadata={"help": "tokens per completion"})
+    temperature: float = field(default=0.8, metadata={"help": "sampling temperature"})
+    lr: float = field(default=1e-5, metadata={"help": "learning rate (AdamW)"})
+    kl_beta: float = field(default=0.0, metadata={
+        "help": "KL penalty to the starting policy (TRL's beta; 0 = none, no reference copy)"})
+    train: str = field(default="last-k", metadata={"help": "what trains: last-k, lora, full"})
+    last_k: int = field(default=4, metadata={"help": "layers trained by --train last-k"})
+    step_rule: str = field(default="lines", metadata={"help": "how completions split into steps"})
+    seed: int = field(default=0, metadata={"help": "seed of data order, sampling, lab problems"})
+    save: bool = field(default=True, metadata={"help": "save the trained policy to OUTPUT/policy"})
+
+    def __post_init__(self) -> None:
+        from prmkit.rl.shaping import SHAPINGS
+        from prmkit.train.loop import TRAIN_MODES
+
+        if self.reward not in REWARDS:
+            raise PrmkitError(f"--reward {self.reward!r} is not one of {', '.join(REWARDS)}")
+        if "prm" in self.reward and not self.prm:
+            raise PrmkitError(f"--reward {self.reward} needs --prm")
+        if self.shaping not in SHAPINGS:
+            raise PrmkitError(f"--shaping {self.shaping!r} is not one of {', '.join(SHAPINGS)}")
+        if self.train not in TRAIN_MODES:
+            raise PrmkitError(f"--train {self.train!r} is not one of {', '.join(TRAIN_MODES)}")
+        for name in ("max_steps", "num_generations", "prompts_per_step", "max_completion_length",
+                     "eval_problems", "lab_problems", "last_k"):
+            if getattr(self, name) < 1:
+                raise PrmkitError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.num_generations < 2:
+            raise PrmkitError("--num-generations must be at least 2 (GRPO compares a group)")
+
+
+# ---------------------------------------------------------------------------------------------
+# problems, prompts, evaluation
+
+
+def load_problems(cfg: RLConfig) -> tuple[list[Any], list[Any]]:
+    """(training problems, held-out problems) as records with ``problem`` and ``reference``."""
+    if cfg.data:
+        from prmkit.records import read_records
+
+        records = [r for r in read_records(cfg.data) if r.reference is not None]
+        if len(records) <= cfg.eval_problems:
+            raise PrmkitError(f"{cfg.data}: {len(records)} records with a reference; need more "
+                              f"than --eval-problems {cfg.eval_problems}")
+        return records[:-cfg.eval_problems], records[-cfg.eval_problems:]
+    from prmkit.lab import LabConfig, make_problems
+
+    def lab(n: int, seed: int) -> list[Any]:
+        return make_problems(LabConfig(n=n, min_steps=cfg.lab_min_steps,
+                                       max_steps=cfg.lab_max_steps, seed=seed))
+
+    return lab(cfg.lab_problems, 10_000 + cfg.seed), lab(cfg.eval_problems, 20_000 + cfg.seed)
+
+
+def evaluate_policy(model: Any, tokenizer: Any, prompter: Any, problems: Sequence[Any],
+                    reward: Any, max_tokens: int) -> dict[str, float]:
+    """Greedy solutions of ``problems``: accuracy, mean PRM score, length (tokens), steps."""
+    from prmkit.generate.hf import HFGenConfig, HFGenerator
+    from prmkit.generate.stepwise import solve
+    from prmkit.rl.rewards import batch_metrics
+
+    gen = HFGenerator(model, tokenizer, HFGenConfig(dtype="float32", batch_size=16))
+    was_training = model.training
+    sols = solve(gen, prompter, [p.problem for p in problems], n=1, max_tokens=max_tokens,
+                 temperature=0.0, seed=0)
+    model.train(was_training)
+    texts = [row[0].text for row in sols]
+    scored = reward.score([p.problem for p in problems], texts, [p.reference for p in problems])
+    out = batch_metrics(scored)
+    out["length_tokens"] = sum(row[0].completion.n_tokens for row in sols) / len(sols)
+    out.pop("reward", None)
+    return {k: round(v, 4) for k, v in out.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# per-step rewards in GRPO
+
+
+def process_trainer(base: Any) -> Any:
+    """A subclass of TRL's ``GRPOTrainer`` (``base``) that adds per-step PRM advantages on
+    step-end tokens (see the module docstring)."""
+    import torch
+
+    from prmkit.rl.shaping import placed_rewards, returns
+
+    class ProcessGRPOTrainer(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, step_reward: Any, shaping: str, step_weight: float,
+                     step_rule: str, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.step_reward, self.shaping = step_reward, shaping
+            self.step_weight, self.step_rule = step_weight, step_rule
+
+        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+            out = super()._generate_and_score_completions(inputs)
+            ids, mask = out["completion_ids"], out["completion_mask"]
+            tok = self.processing_class
+            texts = tok.batch_decode(ids, skip_special_tokens=True)
+            scored = self.step_reward.last  # scored by the reward functions just now
+            if [s.text for s in scored] != texts:
+                scored = self.step_reward.score([x["problem"] for x in inputs], texts)
+            process = torch.zeros(ids.shape, dtype=torch.float32)
+            covered = torch.zeros(ids.shape, dtype=torch.bool)  # up to the last step's end
+            for b, s in enumerate(scored):
+                n = int(mask[b].sum())
+                if not s.steps or n == 0:
+                    continue
+                per_token, ends = placed_rewards(tok, s.text, s.step_scores or [], self.shaping,
+                                                 self.step_rule, ids=ids[b, :n].tolist())
+                last = max((t for t in ends if t is not None), default=-1)
+                process[b, :n] = torch.tensor(returns(per_token))
+                covered[b, :last + 1] = True
+            start = torch.where(covered[:, 0], process[:, 0], torch.zeros(len(scored)))
+            acc = getattr(self, "accelerator", None)
+            if acc is not None and acc.num_processes > 1:  # a group may span processes
+                everyone = acc.gather(start.to(acc.device)).cpu()
+                mine = slice(acc.process_index * len(start), (acc.process_index + 1) * len(start))
+            else:
+                everyone, mine = start, slice(None)
+            groups = everyone.view(-1, self.num_generations).mean(dim=1)
+            baseline = groups.repeat_interleave(self.num_generations)[mine][:, None]
+            process_adv = torch.where(covered, process - baseline, torch.zeros_like(process))
+            adv = out["advantages"]
+            adv = adv[:, None] if adv.dim() == 1 else adv
+            out["advantages"] = adv + self.step_weight * process_adv.to(adv.device) * mask
+            return out
+
+    return ProcessGRPOTrainer
+
+
+# ---------------------------------------------------------------------------------------------
+# the recipe
+
+
+def run_rl(cfg: RLConfig) -> dict[str, Any]:
+    """Train; returns (and writes to ``OUTPUT/result.json``) accuracy before/after and the
+    diagnostics."""
+    try:
+        import trl
+        from datasets import Dataset
+        from trl import GRPOConfig, GRPOTrainer
+    except ImportError:
+        raise PrmkitError("prmkit rl needs TRL and datasets: pip install 'prmkit[rl]'") from None
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prmkit.generate.prompts import make_prompter, tokenizer_specials
+    from prmkit.models.hf import resolve_model_path
+    from prmkit.rl.diagnostics import RewardLog, table
+    from prmkit.rl.rewards import ProcessReward, RewardConfig, RewardPart, open_prm
+    from prmkit.train.loop import LoopConfig, set_trainable
+
+    t0 = time.time()
+    os.makedirs(cfg.output, exist_ok=True)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    path = resolve_model_path(cfg.policy)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = set_trainable(model, LoopConfig(train=cfg.train, last_k=cfg.last_k))
+    prompter = make_prompter(cfg.policy, getattr(tokenizer, "chat_template", None),
+                             tokenizer_specials(tokenizer))
+
+    prm = open_prm(cfg.prm) if cfg.prm else None
+    log_path = os.path.join(cfg.output, "rl_log.jsonl")
+    if os.path.exists(log_path):
+        os.unlink(log_path)
+    log = RewardLog(log_path, tokenizer)
+    scorer = ProcessReward(prm, RewardConfig(mode="outcome+prm" if prm else "outcome",
+                                             aggregate=cfg.aggregate, step_rule=cfg.step_rule),
+                           on_score=lambda scored, kw: log.add(
+                               int(getattr(kw.get("trainer_state"), "global_step", 0)), scored))
+    train_p, eval_p = load_problems(cfg)
+    before = evaluate_policy(model, tokenizer, prompter, eval_p, scorer, cfg.max_completion_length)
+    print(f"before: {before}", flush=True)
+
+    outcome_w = 1.0 if cfg.reward.startswith("outcome") else 0.0
+    prm_w = cfg.prm_weight if cfg.reward in ("prm", "outcome+prm") else 0.0
+    funcs: list[Any] = [RewardPart(scorer, "outcome")]
+    weights = [outcome_w]
+    if prm is not None:
+        funcs.append(RewardPart(scorer, "prm"))
+        weights.append(prm_w)
+    dataset = Dataset.from_list([{"prompt": prompter.prompt(p.problem), "problem": p.problem,
+                                  "reference": p.reference} for p in train_p])
+    args = GRPOConfig(
+        output_dir=os.path.join(cfg.output, "trl"), max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
+        num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature, learning_rate=cfg.lr, beta=cfg.kl_beta,
+        reward_weights=weights, seed=cfg.seed, logging_steps=1, save_strategy="no",
+        report_to="none", bf16=False, use_cpu=not torch.cuda.is_available(),
+        gradient_checkpointing=False, disable_dropout=True, log_completions=False)
+    kwargs: dict[str, Any] = dict(model=model, reward_funcs=funcs, args=args,
+                                  train_dataset=dataset, processing_class=tokenizer)
+    if cfg.reward.endswith("prm-steps"):
+        trainer = process_trainer(GRPOTrainer)(
+            step_reward=scorer, shaping=cfg.shaping, step_weight=cfg.prm_weight,
+            step_rule=cfg.step_rule, **kwargs)
+    else:
+        trainer = GRPOTrainer(**kwargs)
+    t_train = time.time()
+    trainer.train()
+    train_seconds = time.time() - t_train
+    model = trainer.model
+    after = evaluate_policy(model, tokenizer, prompter, eval_p, scorer, cfg.max_completion_length)
+    print(f"after: {after}", flush=True)
+    flags = log.flags(window=max(2, cfg.max_steps // 5))
+    if cfg.save:
+        save_policy(model, tokenizer, cfg, os.path.join(cfg.output, "policy"))
+    result = {"config": asdict(cfg), "before": before, "after": after,
+              "log": [asdict(r) for r in log.rows], "flags": [asdict(f) for f in flags],
+              "train_seconds": round(train_seconds, 1), "seconds": round(time.time() - t0, 1),
+              "trl": trl.__version__, "train_problems": len(train_p), "eval_problems": len(eval_p)}
+    with open(os.path.join(cfg.output, "result.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    print(table(log.rows))
+    for flag in flags:
+        print(f"warning: {flag}")
+    return result
+
+
+def save_policy(model: Any, tokenizer: Any, cfg: RLConfig, folder: str) -> None:
+    """The trained policy: a delta of the trained layers on the base (last-k), else full."""
+    from prmkit.train import modeldir
+    from prmkit.train.loop import trainable_names
+
+    os.makedirs(folder, exist_ok=True)
+    tokenizer.save_pretrained(folder)
+    if cfg.train == "last-k":
+        modeldir.save_delta(folder, model, trainable_names(model), cfg.policy, "causal-lm")
+    elif cfg.train == "lora":
+        model.merge_and_unload().save_pretrained(folder, safe_serialization=True)
+    else:
+        model.save_pretrained(folder, safe_serialization=True)

@@ -1,0 +1,140 @@
+"""``prmkit serve``: the command-line layer over :mod:`prmkit.serve.app`.
+
+:func:`add_serve` registers the subcommand (``prmkit.cli.COMMANDS``). The model is opened
+exactly as ``prmkit score`` opens it (:func:`prmkit.cli._open_scorer`): the trained default PRM
+without ``--model``, a default backbone name with ``--format``, or a model folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import signal
+import sys
+import textwrap
+from typing import Any
+
+from prmkit.errors import PrmkitError
+
+
+def add_serve(sub: Any) -> None:
+    from prmkit.aggregate import AGGREGATES
+    from prmkit.cli import _Formatter
+    from prmkit.serve.batcher import BatcherConfig
+    from prmkit.serve.config import ServeConfig
+    from prmkit.steps import RULES
+
+    h = {**ServeConfig.__dataclass_fields__, **BatcherConfig.__dataclass_fields__}
+
+    def helptext(name: str) -> str:
+        return h[name].metadata["help"]
+
+    endpoints = [
+        ("POST /v1/score", "problems + steps (or full texts) -> step scores and aggregates; "
+                           "the client is `prmkit score --model http://HOST:PORT`"),
+        ("POST /get_reward", "OpenRLHF's remote reward model (--remote_rm_url "
+                             "http://HOST:PORT/get_reward): query [+ prompts, labels] -> "
+                             "rewards, scores, extra_logs with the per-step scores"),
+        ("GET /health", "status, model, queue and batching figures")]
+    listing = "\n".join(textwrap.fill(text, 88, initial_indent=f"  {name:<17} ",
+                                      subsequent_indent=" " * 20) for name, text in endpoints)
+    p = sub.add_parser(
+        "serve", help="serve a PRM over HTTP (reward server for RL trainers)",
+        formatter_class=_Formatter,
+        description="Serve a PRM over HTTP with FastAPI and uvicorn.\n\n" + listing + "\n\n"
+                    + textwrap.fill(
+                        "Concurrent requests share forward passes (dynamic batching, up to "
+                        "--token-budget padded tokens, waiting at most --max-wait-ms). A full "
+                        "queue answers 503 with Retry-After; oversized bodies 413; too many "
+                        "steps or tokens 422. On a non-loopback address --token is required and "
+                        "every request needs 'Authorization: Bearer TOKEN' (401 without). Ctrl-C "
+                        "or SIGTERM finish the requests in flight before stopping.", 88))
+    p.add_argument("--model", default=None,
+                   help="a model folder (a trained prmkit PRM), a default model name "
+                        "(smollm2-135m, gemma3-270m; with --format), or a hub id. Default: the "
+                        "trained default prmkit PRM shipped in the package")
+    p.add_argument("--format", default=None,
+                   help="step format preset or prmkit_format.json path; default: the format "
+                        "saved in the model folder")
+    p.add_argument("--host", default="127.0.0.1", help=helptext("host"))
+    p.add_argument("--port", type=int, default=8000, help=helptext("port"))
+    p.add_argument("--token", default=None, help=helptext("token"))
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="auto = bfloat16; float32 gives scores equal to offline float32 scoring")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="the model's maximum length in tokens (default: from its config)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow the model folder's own Python code (off by default)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads for the model (default: torch's; 1 is often faster on "
+                        "a busy machine)")
+    p.add_argument("--token-budget", type=int, default=16384, help=helptext("token_budget"))
+    p.add_argument("--max-wait-ms", type=float, default=10.0, help=helptext("max_wait_ms"))
+    p.add_argument("--max-queue", type=int, default=1024, help=helptext("max_queue"))
+    p.add_argument("--max-body-bytes", type=int, default=16 * 2**20, help=helptext("max_body_bytes"))
+    p.add_argument("--max-solutions", type=int, default=1024, help=helptext("max_solutions"))
+    p.add_argument("--max-steps", type=int, default=128, help=helptext("max_steps"))
+    p.add_argument("--max-tokens", type=int, default=None, help=helptext("max_tokens"))
+    p.add_argument("--step-rule", default="auto", choices=list(RULES), help=helptext("step_rule"))
+    p.add_argument("--reward", default="min", choices=list(AGGREGATES), help=helptext("reward"))
+    p.add_argument("--graceful-timeout", type=float, default=60.0,
+                   help=helptext("graceful_timeout"))
+    p.add_argument("--access-log", action="store_true", help="log every request (uvicorn)")
+    p.set_defaults(run=_run_serve)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from prmkit.serve.batcher import BatcherConfig
+    from prmkit.serve.config import ServeConfig
+
+    # Everything that can be wrong with the options is reported before the model loads.
+    config = ServeConfig(
+        host=args.host, port=args.port, token=args.token,
+        batching=BatcherConfig(token_budget=args.token_budget, max_wait_ms=args.max_wait_ms,
+                               max_queue=args.max_queue),
+        max_body_bytes=args.max_body_bytes, max_solutions=args.max_solutions,
+        max_steps=args.max_steps, max_tokens=args.max_tokens, step_rule=args.step_rule,
+        reward=args.reward, graceful_timeout=args.graceful_timeout)
+    if not all(importlib.util.find_spec(name) for name in ("fastapi", "uvicorn")):
+        raise PrmkitError("prmkit serve needs FastAPI and uvicorn: pip install 'prmkit[serve]'")
+    from prmkit.cli import _open_scorer
+    from prmkit.models.hf import HFConfig
+    from prmkit.models.remote import is_remote
+    from prmkit.serve.app import bind, create_app, uvicorn_server
+
+    if args.model and is_remote(args.model):
+        raise PrmkitError("prmkit serve needs a local model, not a server URL")
+    if args.threads is not None and args.threads < 1:
+        raise PrmkitError(f"--threads must be positive, got {args.threads}")
+    sock = bind(config.host, config.port)  # a taken port is reported before the model loads
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    hf = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
+                  max_length=args.max_length, trust_remote_code=args.trust_remote_code)
+    prm, kind = _open_scorer(argparse.Namespace(model=args.model, format=args.format, token=None), hf)
+    model_name = args.model or "prmkit-default-prm"
+    app = create_app(prm, config, model_name, prm.format.name, kind)
+    where = f"http://[{config.host}]:{config.port}" if ":" in config.host else \
+        f"http://{config.host}:{config.port}"
+    print(f"prmkit serve: {model_name} ({prm.format.name}, {args.dtype}) on {where} "
+          f"(/v1/score, /get_reward, /health); token {'required' if config.token else 'off'}; "
+          f"batching up to {config.batching.token_budget} tokens, {config.batching.max_wait_ms:g} ms",
+          file=sys.stderr, flush=True)
+    server = uvicorn_server(app, config, "info" if args.verbose else "warning", args.access_log)
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again for the
+    # handler that was there before; this one notes it, so the command ends normally (exit 0).
+    signals: list[int] = []
+    previous = {sig: signal.signal(sig, lambda sig, frame: signals.append(sig))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    stats = app.state.scorer.batcher.stats
+    print(f"prmkit serve: stopped; scored {stats.solutions} solutions in {stats.jobs} requests "
+          f"({stats.groups} groups)", file=sys.stderr)
+    return 0

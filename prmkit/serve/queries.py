@@ -1,0 +1,144 @@
+"""Turning the texts an RL trainer sends into (problem, steps), and step scores into rewards.
+
+OpenRLHF's remote reward model (``--remote_rm_url http://HOST:PORT/get_reward``) posts::
+
+    {"query": [...], "prompts": [...], "labels": [...]}
+
+``query[i]`` is the whole rollout, prompt and response, decoded with the special tokens kept
+(so it may hold the chat template's markup and an end-of-turn token); ``prompts[i]`` is the
+prompt it was generated from; ``labels[i]`` the dataset's reference answer (prmkit's PRM does
+not need it: labels are accepted and ignored). It expects
+``{"rewards": [...], "scores": [...], "extra_logs": {...}}``, and turns every value, including
+each ``extra_logs`` entry, into a tensor whose first dimension is the batch, concatenated
+across calls (``torch.as_tensor`` then ``torch.cat``). So every ``extra_logs`` value here is a
+list with one entry per query, rectangular, with the same width in every call.
+
+How a query is cut (:func:`split_query`), the documented rule:
+
+1. **With a prompt**: the response is what follows the prompt in the query (the query should
+   start with it; a prefix before it, such as a BOS token, is skipped; a query that does not
+   contain its prompt is an error). The problem is the prompt's last user turn when the prompt
+   is in a chat template (ChatML ``<|im_start|>user``, Llama 3 ``<|start_header_id|>user``,
+   Gemma ``<start_of_turn>user``), else the whole prompt.
+2. **Without a prompt, a chat-templated query**: the response is what follows the last
+   assistant header; the problem is the last user turn before it.
+3. **Without a prompt, plain text**: the query is split into steps by the step rule
+   (:func:`prmkit.steps.split_steps`, ``auto`` by default); the first piece is the problem and
+   the rest are the steps (``"Q\\n\\nstep 1\\n\\nstep 2"`` -> problem ``Q``, two steps). A
+   query of one piece is a one-step solution to an empty problem.
+
+End-of-turn tokens (``<|im_end|>``, ``<|endoftext|>``, ``</s>``, ... :data:`END_MARKERS`) at the end of
+the response are dropped, then the response is split by the step rule; every step is stripped
+of surrounding whitespace and empty steps are dropped. An empty response has no steps.
+
+Rewards (:func:`rewards_from_scores`): the reward of a solution is its step scores
+aggregated by one rule of :mod:`prmkit.aggregate` (``min`` by default: Math-Shepherd, Wang et
+al. 2023, reward a solution by its worst step). A response with no step (or no scored step)
+gets reward 0.0, the lowest a PRM gives. ``scores`` (OpenRLHF's 0-1 score for dynamic
+filtering) equals ``rewards``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+from prmkit.aggregate import AGGREGATES, aggregate
+from prmkit.errors import PrmkitError
+from prmkit.generate.prompts import END_TOKENS
+from prmkit.steps import split_steps
+
+# (user turn, assistant header) of the chat templates recognised in queries and prompts.
+_USER_TURNS = [
+    re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.S),
+    re.compile(r"<\|start_header_id\|>user<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>", re.S),
+    re.compile(r"<start_of_turn>user\n(.*?)<end_of_turn>", re.S),
+]
+_ASSISTANT_HEADERS = ["<|im_start|>assistant\n", "<|start_header_id|>assistant<|end_header_id|>\n\n",
+                      "<start_of_turn>model\n"]
+# End-of-turn and end-of-text tokens dropped from the end of a response: the policy's, as
+# decoded with the special tokens kept (prmkit's generators' end tokens, and a few more).
+END_MARKERS = END_TOKENS + ("</s>", "<|end_of_text|>", "<\uff5cend\u2581of\u2581sentence\uff5c>")
+PAD_SCORE = -1.0  # in extra_logs' step score rows: no such step, or a step that was not scored
+
+
+def problem_from_prompt(prompt: str) -> str:
+    """The problem inside a prompt: its last user turn if it is chat-templated, else itself."""
+    for pattern in _USER_TURNS:
+        turns = pattern.findall(prompt)
+        if turns:
+            return turns[-1].strip()
+    return prompt.strip()
+
+
+def strip_end_tokens(text: str) -> str:
+    """``text`` without trailing whitespace and end-of-turn tokens (repeatedly)."""
+    text = text.rstrip()
+    while True:
+        for token in END_MARKERS:
+            if text.endswith(token):
+                text = text[: -len(token)].rstrip()
+                break
+        else:
+            return text
+
+
+def response_steps(response: str, rule: str) -> list[str]:
+    """The steps of a response: end tokens dropped, split by ``rule``, stripped, non-empty."""
+    pieces = split_steps(strip_end_tokens(response), rule)
+    return [s.strip() for s in pieces if s.strip()]
+
+
+def split_query(query: str, prompt: str | None = None, rule: str = "auto") -> tuple[str, list[str]]:
+    """(problem, steps) of one OpenRLHF query (see the module docstring for the rule)."""
+    if prompt is not None:
+        at = query.find(prompt) if prompt else 0
+        if at < 0:
+            raise PrmkitError("the query does not contain its prompt, so the response cannot be "
+                              "told apart (send the prompt text exactly as it starts the query, "
+                              "or leave prompts out)")
+        return problem_from_prompt(prompt), response_steps(query[at + len(prompt):], rule)
+    for header in _ASSISTANT_HEADERS:
+        at = query.rfind(header)
+        if at >= 0:
+            return (problem_from_prompt(query[:at]),
+                    response_steps(query[at + len(header):], rule))
+    pieces = response_steps(query, rule)
+    if len(pieces) <= 1:
+        return "", pieces
+    return pieces[0], pieces[1:]
+
+
+def safe_aggregate(scores: Sequence[float | None], how: str) -> float | None:
+    """:func:`prmkit.aggregate.aggregate`, or None when no step was scored."""
+    if not any(s is not None for s in scores):
+        return None
+    return aggregate(list(scores), how)
+
+
+def rewards_from_scores(step_scores: Sequence[Sequence[float | None]], reward: str,
+                        width: int) -> dict[str, Any]:
+    """The ``/get_reward`` answer for these step scores: ``rewards``, ``scores``, and
+    ``extra_logs`` with one entry per solution in every value:
+
+    * ``prm_<rule>`` for every aggregate rule (0.0 when no step was scored);
+    * ``prm_num_steps``: the number of steps;
+    * ``prm_step_scores``: the step scores, padded with -1.0 to ``width`` (the server's
+      maximum steps per solution), so rows have the same width in every call.
+    """
+    if reward not in AGGREGATES:
+        raise PrmkitError(f"unknown reward rule {reward!r} (known: {', '.join(AGGREGATES)})")
+    logs: dict[str, list[Any]] = {f"prm_{how}": [] for how in AGGREGATES}
+    logs["prm_num_steps"] = []
+    logs["prm_step_scores"] = []
+    for row in step_scores:
+        if len(row) > width:
+            raise PrmkitError(f"{len(row)} steps do not fit in {width} columns")
+        for how in AGGREGATES:
+            value = safe_aggregate(row, how)
+            logs[f"prm_{how}"].append(0.0 if value is None else value)
+        logs["prm_num_steps"].append(len(row))
+        logs["prm_step_scores"].append([PAD_SCORE if s is None else s for s in row]
+                                       + [PAD_SCORE] * (width - len(row)))
+    rewards = list(logs[f"prm_{reward}"])
+    return {"rewards": rewards, "scores": list(rewards), "extra_logs": logs}

@@ -1,0 +1,296 @@
+"""Train an implicit PRM from outcome labels only (no step labels).
+
+Paper: Yuan et al. 2024, "Free Process Rewards without Process Labels" (arXiv 2412.01981).
+
+The reward of a solution y is parameterised as r(y) = beta * sum_t log(pi(y_t)/pi_ref(y_t)) over
+its response tokens, pi the trained policy and pi_ref the frozen starting model, and trained as
+an outcome reward model. Two objectives (the paper instantiates both, and others):
+
+* ``ce``: cross-entropy on ``is_correct``, l * log sigmoid(r) + (1 - l) * log(1 - sigmoid(r));
+  it works with one solution per problem and unbalanced labels, the paper's most data-efficient
+  choice;
+* ``dpo``: pairs of a correct and a wrong solution of the same problem (same ``group``),
+  -log sigmoid(r(chosen) - r(rejected)), as in DPO (Rafailov et al. 2023).
+
+The trained model scores steps for free through :class:`prmkit.models.implicit.ImplicitPRM`
+(the token log ratios summed over each step, per-step and cumulative forms; see there).
+
+Text layout: the solution is encoded by the step format (:mod:`prmkit.stepformat`), the one
+place that turns (problem, steps) into ids, so the tokens trained as "the response" are exactly
+the tokens the scorer later groups into steps. The default format ``chat`` is the chat prompt
+the policy itself is sampled with (:mod:`prmkit.generate.prompts`).
+
+Costs. The reference is frozen, so its log-probabilities of the training solutions are
+computed once, before the first step, with the starting weights (which *are* the reference),
+and kept as one number per solution: training runs only the policy. Validation and the saved
+folder need the reference as a model; its memory cost is documented in
+:mod:`prmkit.models.implicit` (``last-k``: k extra layers; LoRA: none; full: a second copy).
+
+The trained folder records ``kind: implicit-prm``, the base (the reference) and ``beta``;
+``prmkit score --model DIR`` and every evaluation load it through the PRM protocol.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from prmkit.errors import PrmkitError
+from prmkit.records import Record, read_records
+from prmkit.stepformat import BoundFormat, StepFormat
+from prmkit.train import modeldir
+from prmkit.train.loop import Example, Loop, LoopConfig, set_trainable
+
+OBJECTIVES = ("ce", "dpo")
+
+
+@dataclass
+class ImplicitTrainConfig:
+    """``prmkit train implicit-prm``: outcome labels in, a PRM out."""
+
+    base: str = field(metadata={"help": "base model, also the frozen reference: a default name "
+                                        "(smollm2-135m) or a folder of a causal LM"})
+    data: str = field(metadata={"help": "training records with is_correct (and group, for dpo)"})
+    output: str = field(metadata={"help": "output folder: best/, last/, metrics.jsonl"})
+    eval_data: str | None = field(default=None, metadata={
+        "help": "dev records with is_correct (outcome AUC picks best/); with labels or "
+                "first_error also step AUC and first-error F1"})
+    objective: str = field(default="ce", metadata={
+        "help": "ce (cross-entropy on is_correct) or dpo (correct vs wrong pairs per group)"})
+    beta: float = field(default=0.05, metadata={
+        "help": "reward scale: r = beta * log(pi/pi_ref) (0.05 in the paper and in PRIME)"})
+    format: str = field(default="chat", metadata={
+        "help": "text layout: chat (the policy's chat prompt, one step per line), lines (plain "
+                "text for models without a chat template), or a step format preset / JSON"})
+    score_form: str = field(default="probability", metadata={
+        "help": "what the saved model's score() returns: probability (sigmoid of the "
+                "cumulative reward), cumulative (q_k), or step (per-step reward r_k)"})
+    max_length: int = field(default=1024, metadata={"help": "longer solutions are left out"})
+    max_pairs_per_group: int = field(default=4, metadata={
+        "help": "dpo: at most this many (correct, wrong) pairs per problem"})
+    dtype: str = field(default="float32", metadata={
+        "help": "compute dtype: float32, or bfloat16 (autocast; float32 weights)"})
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    command: str = ""
+
+    def __post_init__(self) -> None:
+        from prmkit.models.implicit import FORMS
+
+        if self.objective not in OBJECTIVES:
+            raise PrmkitError(f"--objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
+        if not self.beta > 0:
+            raise PrmkitError(f"--beta must be positive, got {self.beta}")
+        if self.score_form not in FORMS:
+            raise PrmkitError(f"--score-form {self.score_form!r} is not one of {', '.join(FORMS)}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise PrmkitError(f"--dtype {self.dtype!r} is not float32 or bfloat16")
+        if self.max_length < 8:
+            raise PrmkitError("--max-length must be at least 8")
+        if self.max_pairs_per_group < 1:
+            raise PrmkitError("--max-pairs-per-group must be at least 1")
+
+
+@dataclass
+class ResponseExample(Example):
+    """One solution: its ids, the positions of its response tokens (``read_positions``), its
+    outcome label and the reference's summed log-probability of those tokens."""
+
+    label: float = 0.0
+    ref_logp: float = 0.0
+
+
+def response_example(r: Record, bound: BoundFormat, max_length: int, label: float) -> ResponseExample | None:
+    """The solution as ids with its response positions; None if it does not fit."""
+    enc = bound.encode(r.problem, r.steps, max_length=max_length)
+    if enc.truncated or not enc.step_ends:
+        return None
+    start = max(len(bound.encode(r.problem, []).input_ids), 1)
+    return ResponseExample(enc.input_ids, list(range(start, len(enc.input_ids))), [], label=label)
+
+
+def outcome_examples(records: Sequence[Record], bound: BoundFormat,
+                     max_length: int) -> tuple[list[ResponseExample], int]:
+    """One example per record with ``is_correct``; returns (examples, left out)."""
+    out, left = [], 0
+    for r in records:
+        ex = None if r.is_correct is None else response_example(r, bound, max_length,
+                                                                 float(r.is_correct))
+        if ex is None:
+            left += 1
+        else:
+            out.append(ex)
+    return out, left
+
+
+def pair_examples(records: Sequence[Record], bound: BoundFormat, max_length: int,
+                  max_pairs: int, seed: int) -> tuple[list[ResponseExample], int]:
+    """(chosen, rejected) pairs within each group: chosen correct, rejected wrong."""
+    groups: dict[str, list[Record]] = {}
+    for r in records:
+        if r.is_correct is not None:
+            groups.setdefault(r.group or r.id, []).append(r)
+    rng = random.Random(seed)
+    out: list[ResponseExample] = []
+    left = 0
+    for members in groups.values():
+        pairs = [(g, b) for g in members if g.is_correct for b in members if not b.is_correct]
+        rng.shuffle(pairs)
+        for g, b in pairs[:max_pairs]:
+            chosen = response_example(g, bound, max_length, 1.0)
+            rejected = response_example(b, bound, max_length, 0.0)
+            if chosen is None or rejected is None:
+                left += 1
+                continue
+            chosen.rejected = rejected
+            out.append(chosen)
+    return out, left
+
+
+class ImplicitObjective:
+    """The loss of one batch (``Loop``'s ``loss_fn``) and the reference log-probabilities."""
+
+    def __init__(self, model: Any, beta: float, pad_id: int, pairs: bool):
+        self.model, self.beta, self.pad_id, self.pairs = model, beta, pad_id, pairs
+
+    def sequence_logps(self, seqs: Sequence[ResponseExample], device: Any, via: Any = None) -> Any:
+        """Sum of log pi over each sequence's response tokens (with gradients if enabled)."""
+        import torch
+
+        from prmkit.models.hf import pad_right
+        from prmkit.models.implicit import token_logps
+
+        ids, _ = pad_right([e.input_ids for e in seqs], self.pad_id)
+        rows = torch.tensor([b for b, e in enumerate(seqs) for _ in e.read_positions], device=device)
+        cols = torch.tensor([p for e in seqs for p in e.read_positions], device=device)
+        logp = token_logps(self.model, ids.to(device), None, rows, cols, via=via)
+        return torch.zeros(len(seqs), device=device).index_add(0, rows, logp)
+
+    def set_reference(self, examples: Sequence[ResponseExample], budget: int, autocast: bool) -> None:
+        """Before the first step the policy is the reference: store its log-probabilities."""
+        import torch
+        from tqdm import tqdm
+
+        from prmkit.models.hf import token_budget_batches
+
+        seqs = [s for e in examples for s in ([e, e.rejected] if e.rejected else [e])]
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        batches = token_budget_batches([len(s.input_ids) for s in seqs], budget)
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            for batch in tqdm(batches, desc="reference", unit="batch", disable=None):
+                sums = self.sequence_logps([seqs[i] for i in batch], device).tolist()
+                for i, v in zip(batch, sums):
+                    seqs[i].ref_logp = v
+        self.model.train(was_training)
+
+    def __call__(self, exs: list[Example], device: Any, via: Any) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        seqs: list[ResponseExample] = list(exs) + ([e.rejected for e in exs] if self.pairs else [])  # type: ignore[misc]
+        ref = torch.tensor([s.ref_logp for s in seqs], device=device)
+        r = self.beta * (self.sequence_logps(seqs, device, via) - ref)
+        if self.pairs:
+            return -F.logsigmoid(r[:len(exs)] - r[len(exs):]).mean()
+        labels = torch.tensor([s.label for s in seqs], device=device)
+        return F.binary_cross_entropy_with_logits(r, labels)
+
+
+def validate_implicit(prm: Any, records: Sequence[Record]) -> dict[str, float]:
+    """Outcome AUC (the reward against is_correct), and step AUC / first-error F1 of the
+    probability form on the records with step labels."""
+    from prmkit.train.prm import auc, validate
+
+    out: dict[str, float] = {}
+    judged = [r for r in records if r.is_correct is not None]
+    rewards = prm.rewards([r.problem for r in judged], [r.steps for r in judged])
+    pairs = [(float(bool(r.is_correct)), rw.outcome) for r, rw in zip(judged, rewards)
+             if rw.outcome is not None]
+    a = auc([y for y, _ in pairs], [x for _, x in pairs]) if pairs else None
+    if a is not None:
+        out["dev_outcome_auc"] = round(a, 6)
+    labelled = [r for r in records if r.labels_or_first_error()]
+    if labelled:
+        out.update(validate(prm, labelled))
+    return out
+
+
+def train_implicit(cfg: ImplicitTrainConfig) -> list[dict[str, Any]]:
+    """Train; returns the validation history (also in ``OUTPUT/metrics.jsonl``)."""
+    from prmkit.models.hf import HFConfig
+    from prmkit.models.implicit import ImplicitPRM, implicit_format, make_reference
+    from prmkit.train.prm import _load_base, _pad_id, make_saver
+
+    fmt: StepFormat = implicit_format(cfg.format)
+    train_records = read_records(cfg.data)
+    dev = [r for r in read_records(cfg.eval_data)
+           if r.is_correct is not None or r.labels_or_first_error()] if cfg.eval_data else []
+    model, tokenizer = _load_base(cfg, fmt)
+    if fmt.layout != "text" and not getattr(tokenizer, "chat_template", None):
+        raise PrmkitError(f"{cfg.base} has no chat template: use --format lines")
+    bound = fmt.bind(tokenizer)
+    if cfg.objective == "ce":
+        examples, left = outcome_examples(train_records, bound, cfg.max_length)
+    else:
+        examples, left = pair_examples(train_records, bound, cfg.max_length,
+                                       cfg.max_pairs_per_group, cfg.loop.seed)
+    if left:
+        print(f"train implicit-prm: {left} {'records' if cfg.objective == 'ce' else 'pairs'} "
+              f"left out (no is_correct, or longer than --max-length)", file=sys.stderr)
+    if not examples:
+        raise PrmkitError(f"{cfg.data}: no usable training solutions (records need is_correct"
+                          + (", and dpo needs a correct and a wrong one in a group)"
+                             if cfg.objective == "dpo" else ")"))
+    model = set_trainable(model, cfg.loop)
+    reference = make_reference(model, cfg.loop.train)
+    objective = ImplicitObjective(model, cfg.beta, _pad_id(tokenizer), cfg.objective == "dpo")
+    objective.set_reference(examples, cfg.loop.batch_tokens, cfg.dtype == "bfloat16")
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    print(f"train implicit-prm: {len(examples)} {'solutions' if cfg.objective == 'ce' else 'pairs'}"
+          f"; {n_trainable:,} trainable parameters ({cfg.loop.train}); beta {cfg.beta}",
+          file=sys.stderr)
+    fitness = "dev_outcome_auc" if any(r.is_correct is not None for r in dev) else (
+        "dev_auc" if dev else "neg_train_loss")
+
+    def evaluate(m: Any) -> dict[str, float]:
+        if not dev:
+            return {}
+        prm = ImplicitPRM(m, reference, tokenizer, fmt, cfg.beta,
+                          HFConfig(dtype="float32", max_length=cfg.max_length))
+        out = validate_implicit(prm, dev)
+        out.setdefault(fitness, float("-inf"))
+        return out
+
+    saver = make_saver(cfg, fmt, tokenizer, "implicit-prm", model, len(examples), len(dev))
+
+    def save(m: Any, folder: str, metrics: dict[str, Any]) -> None:
+        saver(m, folder, metrics)
+        write_card(cfg, fmt, folder, metrics, len(examples), len(dev))
+
+    loop = Loop(model, None, examples, cfg.loop, cfg.output, _pad_id(tokenizer), fitness,
+                evaluate, save, autocast_bf16=cfg.dtype == "bfloat16", loss_fn=objective)
+    return loop.run()
+
+
+def write_card(cfg: ImplicitTrainConfig, fmt: StepFormat, folder: str, metrics: dict[str, Any],
+               n_train: int, n_dev: int) -> None:
+    trained = {"last-k": f"last {cfg.loop.last_k} layers + final norm (a delta on the base)",
+               "lora": "LoRA, merged into full weights", "full": "every weight"}[cfg.loop.train]
+    modeldir.write_card(folder, f"prmkit implicit PRM trained from {cfg.base}", [
+        "An implicit process reward model (Yuan et al. 2024, \"Free Process Rewards without "
+        "Process Labels\"): an outcome model whose reward is beta * log(pi/pi_ref) summed over "
+        "the response, trained on outcome labels only. Step k's reward is the sum of the token "
+        "log ratios inside step k; see prmkit/models/implicit.py.", "",
+        f"- policy: `{cfg.base}`, trained: {trained}",
+        f"- reference (frozen): `{cfg.base}`; beta = {cfg.beta}",
+        f"- objective: `{cfg.objective}`; text layout: `{fmt.name}`",
+        f"- score() returns: `{cfg.score_form}` (probability = sigmoid of the cumulative reward)",
+        f"- training data: `{cfg.data}` ({n_train} {'solutions' if cfg.objective == 'ce' else 'pairs'});"
+        f" dev data: `{cfg.eval_data}` ({n_dev} records)",
+        f"- command: `{cfg.command or '(library call)'}`",
+        f"- training compute dtype: {cfg.dtype} (weights float32); validation in float32", "",
+        "## Measured at this checkpoint", "", "| metric | value |", "|---|---|",
+        *[f"| {k} | {v} |" for k, v in metrics.items()]])
