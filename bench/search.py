@@ -25,7 +25,7 @@ each calculation slipping with a known chance; instant). Problems: lab problems
 The machine is shared: ``--threads 1`` (the default) is much faster than 2 on a loaded
 2-core machine; the load average is printed. The last line is the KV-reuse ratio.
 
-Usage: ``python bench/search.py [--problems 10] [--budgets 4,16] [--kv-problems 2]``
+Usage: ``python bench/search.py [--problems 8] [--budgets 4,16] [--kv-problems 2]``
 """
 
 from __future__ import annotations
@@ -112,8 +112,10 @@ def accuracy_table(args, policy, prompter, prms) -> list[str]:
                 prm_tok = "n/a" if total.prm_tokens is None else f"{total.prm_tokens / len(problems):.0f}"
                 print(f"   {name:<12} {n:>3} {100 * acc[(name, n)]:>8.1f}% "
                       f"{total.tokens_generated / len(problems):>16.0f} {prm_tok:>16} {seconds:>8.1f}")
+        overall, within = step_auc(last_bon)
         print(f"   step AUC of this PRM against the lab's gold step labels, on the best-of-n "
-              f"candidates above: {step_auc(last_bon):.3f} (0.5 = chance)")
+              f"candidates above: {overall:.3f} over all steps, {within:.3f} among steps at the "
+              f"same position (0.5 = chance)")
         values, probe_tokens = estimate_difficulty(problems, policy, prompter, prm, probe_n=4,
                                                    config=SearchConfig(seed=args.seed + 1))
         bins = difficulty_bins(values, 2)
@@ -134,26 +136,33 @@ def accuracy_table(args, policy, prompter, prms) -> list[str]:
     return verdicts
 
 
-def step_auc(records) -> float:
-    """How well the PRM's step scores separate right from wrong steps (exact lab labels)."""
+def step_auc(records) -> tuple[float, float]:
+    """How well the PRM's step scores separate right from wrong steps (exact lab labels):
+    over all steps, and within each step position (averaged, weighted by steps), which a
+    score that only falls with position cannot game. Beam search compares steps at the same
+    position, so the second figure is the one search feels."""
     from prmkit.evaluate.stepwise import auc
     from prmkit.lab import gold_labels
 
-    scores, right = [], []
+    by_depth: dict[int, tuple[list[float], list[bool]]] = {}
     for r in records:
         if r.meta.get("empty"):
             continue
-        for s, label in zip(r.step_scores, gold_labels(r.problem, r.steps)):
+        for k, (s, label) in enumerate(zip(r.step_scores, gold_labels(r.problem, r.steps))):
             if s is not None:
-                scores.append(s)
-                right.append(bool(label))
-    value = auc(scores, right)
-    return float("nan") if value is None else value
+                by_depth.setdefault(k, ([], []))[0].append(s)
+                by_depth[k][1].append(bool(label))
+    overall = auc([s for v in by_depth.values() for s in v[0]], [x for v in by_depth.values() for x in v[1]])
+    parts = [(auc(v[0], v[1]), len(v[0])) for v in by_depth.values()]
+    parts = [(a, n) for a, n in parts if a is not None]
+    within = sum(a * n for a, n in parts) / sum(n for _, n in parts) if parts else None
+    nan = float("nan")
+    return (nan if overall is None else overall), (nan if within is None else within)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--problems", type=int, default=10, help="lab problems for the accuracy table")
+    ap.add_argument("--problems", type=int, default=8, help="lab problems for the accuracy table")
     ap.add_argument("--min-steps", type=int, default=5, help="fewest operations per problem")
     ap.add_argument("--max-steps", type=int, default=8, help="most operations per problem")
     ap.add_argument("--budgets", default="4,16", help="widths n to compare (comma-separated)")
@@ -169,6 +178,7 @@ def main() -> None:
     ap.add_argument("--skip-kv", action="store_true", help="skip the KV-reuse run")
     ap.add_argument("--skip-accuracy", action="store_true", help="only the KV-reuse run")
     args = ap.parse_args()
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # as the prmkit command does
 
     import torch
 

@@ -166,8 +166,8 @@ def main() -> None:
                 best[name] = result
     one, dyn = best["batch size 1"], best["dynamic batching"]
     diff = max(abs(a - b) for x, y in zip(one["scores"], dyn["scores"]) for a, b in zip(x, y))
-    print(f"largest score difference between the sides: {diff:.2g} ({args.dtype}; batch makeup "
-          f"alone moves bf16 scores by up to ~3e-2)")
+    print(f"largest score difference between the sides: {diff:.2g} ({args.dtype}; in bfloat16 the "
+          f"batch makeup alone moves scores by a few hundredths)")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     print(f"dynamic batching / batch size 1 throughput at concurrency {args.concurrency}: "
           f"{dyn['throughput'] / one['throughput']:.2f}x ({dyn['throughput']:.1f} vs "

@@ -48,9 +48,9 @@ class DemoConfig:
 
     output: str = field(default="demo_out", metadata={"help": "folder for every file the demo writes"})
     seed: int = field(default=0, metadata={"help": "seed of the problems, the sampling and training"})
-    train_problems: int = field(default=80, metadata={"help": "lab problems to train on"})
+    train_problems: int = field(default=50, metadata={"help": "lab problems to train on"})
     train_n: int = field(default=4, metadata={"help": "candidates per training problem"})
-    test_problems: int = field(default=32, metadata={"help": "lab problems for best-of-N"})
+    test_problems: int = field(default=24, metadata={"help": "lab problems for best-of-N"})
     n: int = field(default=8, metadata={"help": "candidates per test problem (the largest N)"})
     min_steps: int = field(default=2, metadata={"help": "fewest operations per problem"})
     max_steps: int = field(default=5, metadata={"help": "most operations per problem"})
@@ -64,7 +64,7 @@ class DemoConfig:
     lr: float = field(default=3e-4, metadata={"help": "peak learning rate of both trainers"})
     epochs: int = field(default=1, metadata={"help": "passes over the training candidates"})
     batch_tokens: int = field(default=512, metadata={"help": "token budget of a training batch"})
-    search_problems: int = field(default=16, metadata={"help": "test problems for beam search"})
+    search_problems: int = field(default=10, metadata={"help": "test problems for beam search"})
     search_n: list[int] = field(default_factory=lambda: [4, 8], metadata={
         "help": "widths of beam search and best-of-N compared at matched budgets"})
     beam_m: int = field(default=2, metadata={"help": "beam search: next steps sampled per beam"})

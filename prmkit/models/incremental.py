@@ -27,8 +27,9 @@ layout that closes the assistant turn), that child is read from scratch, and cou
 ``fallbacks``. Bidirectional models (BERT-like) and models with sliding-window attention
 cannot reuse a cache at all: :func:`prefix_scorer` gives them the rescoring scorer.
 
-Batching. All items of one ``extend`` call go through the model together, in batches under
-the PRM's token budget: each row is one new step on top of its parent's cache. Caches of
+Batching. All items of one ``extend`` call go through the model together, in batches of at
+most a quarter of the PRM's token budget (rows x (cached + new) tokens, since every row holds a
+copy of its prefix's cache): each row is one new step on top of its parent's cache. Caches of
 different lengths are left-padded (masked, with each row's position ids continuing its own
 prefix), new ids are right-padded; when every row has the same cached length (the children of
 one parent, say) no mask is needed at all, as for one-pass scoring. The roots (the problem text
@@ -187,6 +188,9 @@ class IncrementalPRM:
         self.computed: int = 0      # including padding
         self.forwards: int = 0
         self.fallbacks: int = 0     # children whose parent's ids were not a prefix of theirs
+        # Rows x (cached + new) tokens per forward: a quarter of the PRM's budget, because each
+        # row carries its own copy of its prefix's cache (~23 KB a token for SmolLM2 in bf16).
+        self.budget = max(1024, prm.config.token_budget // 4)
 
     # -- the contract -----------------------------------------------------------------------
     def roots(self, problems: Sequence[str]) -> list[Prefix]:
@@ -226,7 +230,7 @@ class IncrementalPRM:
         batch: list[_Member] = []
         for m in members:
             width = max([x.past for x in batch] + [m.past]) + max([len(x.ids) for x in batch] + [len(m.ids)])
-            if batch and width * (len(batch) + 1) > self.prm.config.token_budget:
+            if batch and width * (len(batch) + 1) > self.budget:
                 self._read(batch, out)
                 batch = []
             batch.append(m)
