@@ -75,3 +75,12 @@ def test_demo_with_other_settings_starts_again(base, tmp_path, capsys):
     assert main(demo_args(base, out, "--seed", "3", "--rollouts", "2")) == 0
     assert not (out / "stale.jsonl").exists()
     assert json.loads((out / "settings.json").read_text())["seed"] == 3
+
+
+def test_demo_never_deletes_a_folder_it_did_not_make(base, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("precious")
+    assert main(demo_args(base, out)) == 2
+    assert "not a demo folder" in capsys.readouterr().err
+    assert (out / "thesis.tex").read_text() == "precious"

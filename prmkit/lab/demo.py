@@ -36,6 +36,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Sequence
 
+from prmkit.errors import PrmkitError
 from prmkit.records import Record, read_records, write_records
 
 PRM_METHODS = ("prm-prod", "prm-min", "prm-last")
@@ -187,11 +188,17 @@ def _prepare(out: str, config: DemoConfig) -> None:
     settings = os.path.join(out, "settings.json")
     wanted = {k: v for k, v in asdict(config).items() if k != "output"}
     if os.path.isdir(out):
-        try:
-            with open(settings, encoding="utf-8") as f:
-                same = json.load(f) == wanted
-        except (OSError, ValueError):
+        if not os.path.isfile(settings):
+            if os.listdir(out):   # never delete a folder the demo did not make
+                raise PrmkitError(f"{out} exists and is not a demo folder (no settings.json): "
+                                  f"choose another --output")
             same = False
+        else:
+            try:
+                with open(settings, encoding="utf-8") as f:
+                    same = json.load(f) == wanted
+            except (OSError, ValueError):
+                same = False
         if not same:
             shutil.rmtree(out)
         else:
