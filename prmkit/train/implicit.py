@@ -32,7 +32,6 @@ The trained folder records ``kind: implicit-prm``, the base (the reference) and 
 
 from __future__ import annotations
 
-import random
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -40,7 +39,7 @@ from typing import Any, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.records import Record, read_records
 from prmkit.stepformat import BoundFormat, StepFormat
-from prmkit.train import modeldir
+from prmkit.train import modeldir, orm
 from prmkit.train.loop import Example, Loop, LoopConfig, set_trainable
 
 OBJECTIVES = ("ce", "dpo")
@@ -113,39 +112,13 @@ def response_example(r: Record, bound: BoundFormat, max_length: int, label: floa
 def outcome_examples(records: Sequence[Record], bound: BoundFormat,
                      max_length: int) -> tuple[list[ResponseExample], int]:
     """One example per record with ``is_correct``; returns (examples, left out)."""
-    out, left = [], 0
-    for r in records:
-        ex = None if r.is_correct is None else response_example(r, bound, max_length,
-                                                                 float(r.is_correct))
-        if ex is None:
-            left += 1
-        else:
-            out.append(ex)
-    return out, left
+    return orm.outcome_examples(records, bound, max_length, make=response_example)
 
 
 def pair_examples(records: Sequence[Record], bound: BoundFormat, max_length: int,
                   max_pairs: int, seed: int) -> tuple[list[ResponseExample], int]:
     """(chosen, rejected) pairs within each group: chosen correct, rejected wrong."""
-    groups: dict[str, list[Record]] = {}
-    for r in records:
-        if r.is_correct is not None:
-            groups.setdefault(r.group or r.id, []).append(r)
-    rng = random.Random(seed)
-    out: list[ResponseExample] = []
-    left = 0
-    for members in groups.values():
-        pairs = [(g, b) for g in members if g.is_correct for b in members if not b.is_correct]
-        rng.shuffle(pairs)
-        for g, b in pairs[:max_pairs]:
-            chosen = response_example(g, bound, max_length, 1.0)
-            rejected = response_example(b, bound, max_length, 0.0)
-            if chosen is None or rejected is None:
-                left += 1
-                continue
-            chosen.rejected = rejected
-            out.append(chosen)
-    return out, left
+    return orm.pair_examples(records, bound, max_length, max_pairs, seed, make=response_example)
 
 
 class ImplicitObjective:

@@ -71,13 +71,15 @@ def _outcome_example(r: Record, bound: BoundFormat, max_length: int, target: flo
     return Example(enc.input_ids[:last + 1], [last], [target])
 
 
-def outcome_examples(records: Sequence[Record], bound: BoundFormat,
-                     max_length: int) -> tuple[list[Example], int]:
-    """One example per record with ``is_correct``; returns (examples, left out)."""
+def outcome_examples(records: Sequence[Record], bound: BoundFormat, max_length: int,
+                     make: Any = None) -> tuple[list[Any], int]:
+    """One example per record with ``is_correct``; returns (examples, left out).
+    ``make(record, bound, max_length, target)`` builds one example (None: it does not fit);
+    by default the ORM's, read at the last step (the implicit PRM passes its own)."""
+    make = make or _outcome_example
     out, left = [], 0
     for r in records:
-        ex = None if r.is_correct is None else _outcome_example(r, bound, max_length,
-                                                                 float(r.is_correct))
+        ex = None if r.is_correct is None else make(r, bound, max_length, float(r.is_correct))
         if ex is None:
             left += 1
         else:
@@ -86,8 +88,10 @@ def outcome_examples(records: Sequence[Record], bound: BoundFormat,
 
 
 def pair_examples(records: Sequence[Record], bound: BoundFormat, max_length: int,
-                  max_pairs: int, seed: int) -> tuple[list[Example], int]:
-    """(chosen, rejected) pairs within each group: chosen correct, rejected wrong."""
+                  max_pairs: int, seed: int, make: Any = None) -> tuple[list[Any], int]:
+    """(chosen, rejected) pairs within each group: chosen correct, rejected wrong; ``make``
+    as for :func:`outcome_examples`."""
+    make = make or _outcome_example
     groups: dict[str, list[Record]] = {}
     for r in records:
         if r.is_correct is not None:
@@ -101,8 +105,8 @@ def pair_examples(records: Sequence[Record], bound: BoundFormat, max_length: int
         pairs = [(g, b) for g in good for b in bad]
         rng.shuffle(pairs)
         for g, b in pairs[:max_pairs]:
-            chosen = _outcome_example(g, bound, max_length, 1.0)
-            rejected = _outcome_example(b, bound, max_length, 0.0)
+            chosen = make(g, bound, max_length, 1.0)
+            rejected = make(b, bound, max_length, 0.0)
             if chosen is None or rejected is None:
                 left += 1
                 continue
