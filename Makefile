@@ -30,6 +30,7 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/scoring.py
 	$(BIN)/python bench/generation.py
+	$(BIN)/python bench/load.py
 	$(BIN)/python bench/search.py
 
 # prmkit's PRM trainer against TRL's PRMTrainer (bench/train.py, results in bench/README.md).

