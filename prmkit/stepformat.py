@@ -276,7 +276,9 @@ class BoundFormat:
         head, step_pieces, betweens = self.pieces(problem, steps)
         texts = [head] + [t for pair in zip(step_pieces, betweens + [""]) for t in pair]
         nonempty = [t for t in texts if t]
-        ids_of = dict(zip(nonempty, self.tokenizer(nonempty, add_special_tokens=False)["input_ids"]))
+        # no steps under the turns layout leaves no text at all (the problem is in step 0's turn)
+        ids_of = dict(zip(nonempty, self.tokenizer(nonempty, add_special_tokens=False)["input_ids"])) \
+            if nonempty else {}
         ids: list[int] = list(self.bos) + list(ids_of.get(head, []))
         read_positions: list[int] = []
         step_ends: list[int] = []

@@ -29,6 +29,11 @@ def test_prefix_ids_are_a_prefix_of_the_whole(name):
         assert part.read_positions == whole.read_positions[:k]
         # the read point is the last token of the prefix: nothing after it is needed
         assert part.read_positions[-1] == len(part.input_ids) - 1
+    # no steps yet (a search's first expansion): the context alone, a prefix of the whole
+    empty = bound.encode(PROBLEM, [])
+    assert empty.read_positions == [] and empty.n_steps == 0
+    assert empty.input_ids == whole.input_ids[:len(empty.input_ids)]
+    assert len(empty.input_ids) < whole.read_positions[0]
 
 
 def test_math_shepherd_text_and_positions_by_hand():
