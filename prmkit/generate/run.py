@@ -30,7 +30,6 @@ sampling settings than the partial file's is refused (start again with ``resume=
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from prmkit.errors import PrmkitError, RecordError
 from prmkit.generate.base import Generator, check_sampling
 from prmkit.generate.prompts import Prompter
 from prmkit.generate.stepwise import Solution, solve
-from prmkit.records import Record, ResumableWriter, iter_jsonl
+from prmkit.records import Record, ResumableWriter, check_resume, iter_jsonl
 from prmkit.steps import RULES, split_steps
 
 
@@ -189,7 +188,9 @@ def run_generate(problems: Sequence[Problem], generator: Generator, prompter: Pr
     ids = [f"{p.id}-{k}" for p in problems for k in range(config.n)]
     writer = ResumableWriter(output, resume=config.resume)
     done = writer.done_rows()
-    _check_resume(output, done, meta, set(ids))
+    wanted = set(ids)
+    check_resume(output, done, lambda row: row.get("id") in wanted,
+                 {k: meta[k] for k in SAMPLING_KEYS})
     chunks = [list(problems[s:s + config.chunk]) for s in range(0, len(problems), config.chunk)]
     summary = Summary(problems=len(problems))
     finished = sum(all(f"{p.id}-{k}" in done for k in range(config.n)) for p in problems)
@@ -224,20 +225,6 @@ def run_generate(problems: Sequence[Problem], generator: Generator, prompter: Pr
     writer.close(order=ids)
     _score(summary, [rows[i] for i in ids], config.n)
     return summary
-
-
-def _check_resume(output: str, done: dict[str, dict[str, Any]], meta: dict[str, Any],
-                  ids: set[str]) -> None:
-    for rid, row in done.items():
-        if rid not in ids:
-            raise PrmkitError(f"{output}.partial holds record {rid!r}, which this run would not "
-                              f"write (other input or n?); use --no-resume to start again")
-        old = row.get("meta") or {}
-        for key in SAMPLING_KEYS:
-            if key in old and old[key] != meta[key]:
-                raise PrmkitError(f"{output}.partial was written with {key}={json.dumps(old[key])}, "
-                                  f"this run has {key}={json.dumps(meta[key])}; use --no-resume "
-                                  f"to start again")
 
 
 def _score(summary: Summary, rows: list[dict[str, Any]], n: int) -> None:

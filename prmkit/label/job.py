@@ -16,30 +16,15 @@ refused: labels made two ways must not be mixed silently. Start again with ``res
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from prmkit.errors import PrmkitError
-from prmkit.records import Record, ResumableWriter
+from prmkit.records import Record, ResumableWriter, check_resume
 
 Labeler = Callable[[Iterable[Record]], Iterator[Record]]
-
-
-class _SyncedWriter(ResumableWriter):
-    """A :class:`ResumableWriter` that fsyncs every record it appends."""
-
-    def write(self, row: Record | dict[str, Any]) -> None:
-        super().write(row)
-        os.fsync(self._f.fileno())
-
-    def discard(self) -> None:
-        """Close and remove the partial file (a run that failed before its first record)."""
-        self._f.close()
-        os.unlink(self.partial)
 
 
 @dataclass
@@ -60,9 +45,11 @@ def run_job(records: Sequence[Record], label: Labeler, output: str, *, key: str,
     """
     ids = [r.id for r in records]
     fresh = not (resume and os.path.exists(output + ".partial"))
-    writer = _SyncedWriter(output, resume=resume)
+    writer = ResumableWriter(output, resume=resume, sync=True)
     done = writer.done_rows()
-    _check_resume(output, done, set(ids), key, settings)
+    wanted = set(ids)
+    check_resume(output, done, lambda row: row.get("id") in wanted, settings,
+                 stored=lambda row: (row.get("meta") or {}).get(key) or {})
     todo = [r for r in records if r.id not in done]
     summary = JobSummary(records=len(records), resumed=len(records) - len(todo))
     if summary.resumed:
@@ -90,17 +77,3 @@ def run_job(records: Sequence[Record], label: Labeler, output: str, *, key: str,
     rows = writer.done_rows()
     writer.close(order=ids)
     return [rows[i] for i in ids], summary
-
-
-def _check_resume(output: str, done: dict[str, dict[str, Any]], ids: set[str], key: str,
-                  settings: dict[str, Any]) -> None:
-    for rid, row in done.items():
-        if rid not in ids:
-            raise PrmkitError(f"{output}.partial holds record {rid!r}, which is not in this "
-                              f"input; use --no-resume to start again")
-        old = (row.get("meta") or {}).get(key) or {}
-        for name, value in settings.items():
-            if name in old and old[name] != value:
-                raise PrmkitError(f"{output}.partial was labelled with {name}="
-                                  f"{json.dumps(old[name])}, this run has {name}="
-                                  f"{json.dumps(value)}; use --no-resume to start again")

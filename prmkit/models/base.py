@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Iterable, Protocol, Sequence
 
 
 class PRM(Protocol):
@@ -15,3 +15,11 @@ class PRM(Protocol):
 
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
         ...
+
+
+def collect(n: int, scored: Iterable[tuple[int, list[float | None]]]) -> list[list[float | None]]:
+    """``score`` from a ``score_iter``: the ``(index, step_scores)`` pairs, put back in order."""
+    out: list[list[float | None]] = [[] for _ in range(n)]
+    for i, scores in scored:
+        out[i] = scores
+    return out

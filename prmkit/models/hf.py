@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.models.base import collect
 from prmkit.stepformat import FORMAT_FILE, BoundFormat, Encoded, StepFormat, get_format
 
 log = logging.getLogger("prmkit")
@@ -121,10 +122,7 @@ class HFPRM:
     # -- the protocol -----------------------------------------------------------------------
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
         """One score per step; every solution read in one forward pass."""
-        out: list[list[float | None]] = [[] for _ in problems]
-        for i, scores in self.score_iter(problems, steps):
-            out[i] = scores
-        return out
+        return collect(len(problems), self.score_iter(problems, steps))
 
     def score_iter(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
                    ) -> Iterator[tuple[int, list[float | None]]]:

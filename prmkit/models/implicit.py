@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.models.base import collect
 from prmkit.models.hf import (HFConfig, ScoreStats, encode_or_warn, pad_right, prefix_encodings,
                               token_budget_batches)
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat, get_format
@@ -243,10 +244,7 @@ class ImplicitPRM:
 
     # -- the protocol -----------------------------------------------------------------------
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
-        out: list[list[float | None]] = [[] for _ in problems]
-        for i, scores in self.score_iter(problems, steps):
-            out[i] = scores
-        return out
+        return collect(len(problems), self.score_iter(problems, steps))
 
     def score_iter(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
                    ) -> Iterator[tuple[int, list[float | None]]]:

@@ -15,7 +15,6 @@ than the partial file's is refused.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -24,7 +23,7 @@ from prmkit.errors import PrmkitError
 from prmkit.generate.base import Generator
 from prmkit.generate.prompts import Prompter
 from prmkit.generate.run import Problem
-from prmkit.records import ResumableWriter
+from prmkit.records import ResumableWriter, check_resume
 from prmkit.search.base import Compute, SearchConfig, budget_line
 from prmkit.search.beam import BeamConfig, beam_search
 from prmkit.search.best_of_n import best_of_n
@@ -76,7 +75,9 @@ def run_search(method: str, problems: Sequence[Problem], generator: Generator, p
                 "seed": config.seed}
     writer = ResumableWriter(output, resume=resume)
     done = writer.done_rows()
-    _check_resume(output, done, settings, {p.id for p in problems})
+    pids = {p.id for p in problems}
+    check_resume(output, done, lambda row: row.get("group") in pids,
+                 {k: settings[k] for k in SETTING_KEYS})
     finished = sum(_complete(p.id, done) for p in problems)
     if finished:
         print(f"resuming: {finished} of {len(problems)} problems already searched", file=sys.stderr)
@@ -115,20 +116,6 @@ def _count(pid: str, rows: dict[str, dict[str, Any]]) -> int:
 def _complete(pid: str, rows: dict[str, dict[str, Any]]) -> bool:
     count = _count(pid, rows)
     return count > 0 and all(f"{pid}-{k}" in rows for k in range(count))
-
-
-def _check_resume(output: str, done: dict[str, dict[str, Any]], settings: dict[str, Any],
-                  pids: set[str]) -> None:
-    for rid, row in done.items():
-        if row.get("group") not in pids:
-            raise PrmkitError(f"{output}.partial holds record {rid!r}, whose problem is not in this "
-                              f"input; use --no-resume to start again")
-        old = row.get("meta") or {}
-        for key in SETTING_KEYS:
-            if key in old and old[key] != settings[key]:
-                raise PrmkitError(f"{output}.partial was written with {key}={json.dumps(old[key])}, "
-                                  f"this run has {key}={json.dumps(settings[key])}; use --no-resume "
-                                  f"to start again")
 
 
 def _summarise(summary: Summary, rows: list[dict[str, Any]]) -> None:
