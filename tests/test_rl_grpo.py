@@ -105,3 +105,50 @@ def test_grpo_runs_on_a_tiny_model_with_step_rewards(tmp_path):
     saved = json.loads((tmp_path / "rl" / "result.json").read_text())
     assert saved["after"] == result["after"]
     assert (tmp_path / "rl" / "policy" / "prmkit_delta.safetensors").is_file()
+
+
+def test_grpo_resumed_after_a_kill_ends_like_an_unbroken_run(tmp_path):
+    pytest.importorskip("trl")
+    pytest.importorskip("datasets")
+    import shutil
+
+    import tiny
+    from safetensors.torch import load_file
+
+    from prmkit.rl.grpo import run_rl
+
+    base = tmp_path / "base"
+    tiny.causal_lm().save_pretrained(base, safe_serialization=True)
+    tiny.tokenizer().save_pretrained(base)
+
+    def cfg(name, **kw):
+        return RLConfig(**{**dict(output=str(tmp_path / name), policy=str(base),
+                                  reward="outcome+prm", prm="lab-gold", lab_problems=4,
+                                  eval_problems=2, max_steps=3, num_generations=2,
+                                  prompts_per_step=1, max_completion_length=12, last_k=1,
+                                  save_every=1), **kw})
+
+    whole = run_rl(cfg("whole"))
+    # the same run, "killed" after step 2: its last checkpoint and later log lines are lost
+    run_rl(cfg("killed"))
+    out = tmp_path / "killed"
+    shutil.rmtree(out / "trl" / "checkpoint-3")
+    shutil.rmtree(out / "policy")
+    (out / "result.json").unlink()
+    lines = [x for x in (out / "rl_log.jsonl").read_text().splitlines()
+             if json.loads(x)["step"] < 2]  # killed while step 2 was being logged
+    (out / "rl_log.jsonl").write_text("\n".join(lines) + '\n{"step": 2, "pr')
+    resumed = run_rl(cfg("killed"))
+    assert resumed["before"] == whole["before"] and resumed["after"] == whole["after"]
+    assert [r["step"] for r in resumed["log"]] == [0, 1, 2]
+    assert resumed["log"] == whole["log"]
+    a = load_file(tmp_path / "whole" / "policy" / "prmkit_delta.safetensors")
+    b = load_file(out / "policy" / "prmkit_delta.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # other settings are refused, --no-resume starts again
+    with pytest.raises(PrmkitError, match="other settings"):
+        run_rl(cfg("killed", lr=2e-5))
+    again = run_rl(cfg("killed", resume=False, max_steps=1, save_every=0))
+    assert [r["step"] for r in again["log"]] == [0]
+    assert not (out / "trl").exists() or not any(p.name.startswith("checkpoint")
+                                                 for p in (out / "trl").iterdir())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
@@ -59,6 +60,26 @@ class RewardLog:
     def __init__(self, path: str | None = None, tokenizer: Any = None):
         self.rows: list[StepStats] = []
         self.path, self.tokenizer = path, tokenizer
+
+    def restart(self, step: int) -> None:
+        """Start at ``step``: keep the rows of earlier steps in ``path`` (the steps a resumed
+        trainer does not redo), drop the rest; ``step`` 0 starts a new log."""
+        kept: dict[int, StepStats] = {}
+        if step > 0 and self.path and os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        row = StepStats(**json.loads(line))
+                    except (ValueError, TypeError):
+                        break  # a torn last line: that step is redone
+                    if row.step < step:
+                        kept[row.step] = row  # a merged step's later line replaces its earlier
+        self.rows = [kept[s] for s in sorted(kept)]
+        if self.path:
+            tmp = self.path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(asdict(r)) + "\n" for r in self.rows)
+            os.replace(tmp, self.path)
 
     def add(self, step: int, scored: Sequence[Any]) -> StepStats:
         def length(text: str) -> float:

@@ -28,6 +28,13 @@ writes the mean PRM reward, accuracy, length (tokens) and steps per step to ``rl
 with reward-hacking flags at the end. Before and after training, greedy solutions of held-out
 problems give the accuracy (``result.json``).
 
+Resume: with ``--save-every N``, TRL writes a checkpoint (the policy, optimiser, scheduler and
+RNG states) to ``OUTPUT/trl/checkpoint-STEP`` every N steps. Run the same command again after a
+kill and it continues from the last one (TRL's ``resume_from_checkpoint``): the "before"
+accuracy is read back from ``OUTPUT/before.json`` and ``rl_log.jsonl`` keeps the steps the
+checkpoint holds, so the finished run's log and result are those of an unbroken run. A
+checkpoint written with other settings is refused (``OUTPUT/settings.json``).
+
 Problems: a prmkit records file with ``problem`` and ``reference`` (``--data``), or the lab world
 (:mod:`prmkit.lab`, the default: short arithmetic chains a 135M policy can sometimes solve).
 Prompts are the policy's own chat prompt (:mod:`prmkit.generate.prompts`), the same text for
@@ -87,6 +94,12 @@ class RLConfig:
     step_rule: str = field(default="lines", metadata={"help": "how completions split into steps"})
     seed: int = field(default=0, metadata={"help": "seed of data order, sampling, lab problems"})
     save: bool = field(default=True, metadata={"help": "save the trained policy to OUTPUT/policy"})
+    save_every: int = field(default=0, metadata={
+        "help": "write a resumable checkpoint (policy, optimiser, RNG) to OUTPUT/trl every N "
+                "GRPO steps; 0 = none"})
+    resume: bool = field(default=True, metadata={
+        "help": "continue from the last checkpoint in OUTPUT/trl, if any (--no-resume: start "
+                "again)"})
 
     def __post_init__(self) -> None:
         from prmkit.rl.shaping import SHAPINGS
@@ -104,6 +117,8 @@ class RLConfig:
                      "eval_problems", "lab_problems", "last_k"):
             if getattr(self, name) < 1:
                 raise PrmkitError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.save_every < 0:
+            raise PrmkitError("--save-every must be 0 (no checkpoints) or positive")
         if self.num_generations < 2:
             raise PrmkitError("--num-generations must be at least 2 (GRPO compares a group)")
 
@@ -243,17 +258,26 @@ def run_rl(cfg: RLConfig) -> dict[str, Any]:
                              tokenizer_specials(tokenizer))
 
     prm = open_prm(cfg.prm) if cfg.prm else None
+    checkpoint = _resume_point(cfg)
     log_path = os.path.join(cfg.output, "rl_log.jsonl")
-    if os.path.exists(log_path):
-        os.unlink(log_path)
     log = RewardLog(log_path, tokenizer)
+    log.restart(checkpoint[1] if checkpoint else 0)
     scorer = ProcessReward(prm, RewardConfig(mode="outcome+prm" if prm else "outcome",
                                              aggregate=cfg.aggregate, step_rule=cfg.step_rule),
                            on_score=lambda scored, kw: log.add(
                                int(getattr(kw.get("trainer_state"), "global_step", 0)), scored))
     train_p, eval_p = load_problems(cfg)
-    before = evaluate_policy(model, tokenizer, prompter, eval_p, scorer, cfg.max_completion_length)
-    print(f"before: {before}", flush=True)
+    before_path = os.path.join(cfg.output, "before.json")
+    if checkpoint and os.path.isfile(before_path):
+        with open(before_path, encoding="utf-8") as f:
+            before = json.load(f)
+        print(f"resuming from {checkpoint[0]} (step {checkpoint[1]}); before: {before}", flush=True)
+    else:
+        before = evaluate_policy(model, tokenizer, prompter, eval_p, scorer,
+                                 cfg.max_completion_length)
+        with open(before_path, "w", encoding="utf-8") as f:
+            json.dump(before, f)
+        print(f"before: {before}", flush=True)
 
     outcome_w = 1.0 if cfg.reward.startswith("outcome") else 0.0
     prm_w = cfg.prm_weight if cfg.reward in ("prm", "outcome+prm") else 0.0
@@ -269,7 +293,8 @@ def run_rl(cfg: RLConfig) -> dict[str, Any]:
         per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
         num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
         temperature=cfg.temperature, learning_rate=cfg.lr, beta=cfg.kl_beta,
-        reward_weights=weights, seed=cfg.seed, logging_steps=1, save_strategy="no",
+        reward_weights=weights, seed=cfg.seed, logging_steps=1,
+        save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 500,
         report_to="none", bf16=False, use_cpu=not torch.cuda.is_available(),
         gradient_checkpointing=False, disable_dropout=True, log_completions=False)
     kwargs: dict[str, Any] = dict(model=model, reward_funcs=funcs, args=args,
@@ -281,7 +306,7 @@ def run_rl(cfg: RLConfig) -> dict[str, Any]:
     else:
         trainer = GRPOTrainer(**kwargs)
     t_train = time.time()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint[0] if checkpoint else None)
     train_seconds = time.time() - t_train
     model = trainer.model
     after = evaluate_policy(model, tokenizer, prompter, eval_p, scorer, cfg.max_completion_length)
@@ -299,6 +324,46 @@ def run_rl(cfg: RLConfig) -> dict[str, Any]:
     for flag in flags:
         print(f"warning: {flag}")
     return result
+
+
+# settings that must match for a checkpoint to be continued (the rest may change on a rerun)
+_RUN_SETTINGS = ("policy", "reward", "prm", "aggregate", "shaping", "prm_weight", "data",
+                 "lab_problems", "lab_min_steps", "lab_max_steps", "eval_problems", "max_steps",
+                 "num_generations", "prompts_per_step", "max_completion_length", "temperature",
+                 "lr", "kl_beta", "train", "last_k", "step_rule", "seed")
+
+
+def _resume_point(cfg: RLConfig) -> tuple[str, int] | None:
+    """(the checkpoint folder to continue from, its step), or None to start afresh; writes
+    ``OUTPUT/settings.json`` and refuses a checkpoint made with other settings."""
+    import shutil
+
+    from transformers.trainer_utils import get_last_checkpoint
+
+    settings = {k: getattr(cfg, k) for k in _RUN_SETTINGS}
+    path = os.path.join(cfg.output, "settings.json")
+    trl_dir = os.path.join(cfg.output, "trl")
+    last = get_last_checkpoint(trl_dir) if os.path.isdir(trl_dir) else None
+    if last and cfg.resume:
+        try:
+            with open(path, encoding="utf-8") as f:
+                old = json.load(f)
+        except (OSError, ValueError):
+            old = None
+        if old != settings:
+            changed = sorted(k for k in settings if old is None or old.get(k) != settings[k])
+            raise PrmkitError(f"{last} was trained with other settings ({', '.join(changed[:3])}"
+                              f"{' ...' if len(changed) > 3 else ''}); use another --output or "
+                              f"--no-resume")
+    else:
+        if last:  # --no-resume: the old checkpoints must not be mixed with this run's
+            shutil.rmtree(trl_dir)
+        last = None
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(settings, f, indent=2)
+    if last is None:
+        return None
+    return last, int(os.path.basename(last).rsplit("-", 1)[-1])
 
 
 def save_policy(model: Any, tokenizer: Any, cfg: RLConfig, folder: str) -> None:
