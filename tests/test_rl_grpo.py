@@ -87,16 +87,12 @@ def test_config_checks():
         RLConfig(output="x", reward="prm", prm="lab-gold", shaping="sum")
 
 
-def test_grpo_runs_on_a_tiny_model_with_step_rewards(tmp_path):
+def test_grpo_runs_on_a_tiny_model_with_step_rewards(tmp_path, tiny_base):
     pytest.importorskip("trl")
     pytest.importorskip("datasets")
-    import tiny
     from prmkit.rl.grpo import run_rl
 
-    base = tmp_path / "base"
-    tiny.causal_lm().save_pretrained(base, safe_serialization=True)
-    tiny.tokenizer().save_pretrained(base)
-    cfg = RLConfig(output=str(tmp_path / "rl"), policy=str(base), reward="outcome+prm-steps",
+    cfg = RLConfig(output=str(tmp_path / "rl"), policy=tiny_base, reward="outcome+prm-steps",
                    prm="lab-gold", lab_problems=4, eval_problems=2, max_steps=2,
                    num_generations=2, prompts_per_step=1, max_completion_length=12, last_k=1)
     result = run_rl(cfg)
@@ -107,22 +103,17 @@ def test_grpo_runs_on_a_tiny_model_with_step_rewards(tmp_path):
     assert (tmp_path / "rl" / "policy" / "prmkit_delta.safetensors").is_file()
 
 
-def test_grpo_resumed_after_a_kill_ends_like_an_unbroken_run(tmp_path):
+def test_grpo_resumed_after_a_kill_ends_like_an_unbroken_run(tmp_path, tiny_base):
     pytest.importorskip("trl")
     pytest.importorskip("datasets")
     import shutil
 
-    import tiny
     from safetensors.torch import load_file
 
     from prmkit.rl.grpo import run_rl
 
-    base = tmp_path / "base"
-    tiny.causal_lm().save_pretrained(base, safe_serialization=True)
-    tiny.tokenizer().save_pretrained(base)
-
     def cfg(name, **kw):
-        return RLConfig(**{**dict(output=str(tmp_path / name), policy=str(base),
+        return RLConfig(**{**dict(output=str(tmp_path / name), policy=tiny_base,
                                   reward="outcome+prm", prm="lab-gold", lab_problems=4,
                                   eval_problems=2, max_steps=3, num_generations=2,
                                   prompts_per_step=1, max_completion_length=12, last_k=1,
