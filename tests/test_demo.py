@@ -49,6 +49,13 @@ def test_demo_runs_every_stage_and_reports_what_it_measured(base, tmp_path, caps
     flawless = {r.group for r in test if r.first_error == -1}
     gold = summary["bestofn"]["methods"]["gold-prm"][-1]["accuracy"]
     assert 100 * len(flawless) / len(groups) - 1e-9 <= gold <= pass_at_n + 1e-9
+    # the PRM's step AUC against gold, by brute force over every (right, wrong) pair of steps
+    steps = [(x, y >= 0.5) for r in test for x, y in zip(r.step_scores, r.labels)]
+    right = [x for x, y in steps if y]
+    wrong = [x for x, y in steps if not y]
+    assert right and wrong  # the lab policy at these seeds makes both
+    by_pairs = sum((a > b) + 0.5 * (a == b) for a in right for b in wrong) / (len(right) * len(wrong))
+    assert summary["summary"]["PRM step AUC vs gold labels (test)"].startswith(f"{by_pairs:.3f} ")
     mc = read_records(str(out / "train_mc.jsonl"))
     assert len(mc) == 12 and all("mc" in r.meta for r in mc)
     binary = read_records(str(out / "train_mc_binary.jsonl"))

@@ -148,7 +148,7 @@ def run(config: DemoConfig) -> int:
         for row in search["rows"]))
 
     # 6. the report and the summary ----------------------------------------------------------
-    rows = _summary_rows(config, curve, top, q_step, q_bin, spent, search)
+    rows = _summary_rows(config, curve, top, q_step, q_bin, spent, search, _step_auc(scored))
     report = os.path.join(out, "report.html")
     _write_report(report, scored, gold, curve, rows, search, quality)
     say.stage(6, f"report: {report}")
@@ -329,8 +329,18 @@ def _search(config: DemoConfig, problems: Sequence[Record], policy: Any, prompte
 # summary and report
 
 
+def _step_auc(scored: Sequence[Record]) -> float | None:
+    """The trained PRM's step AUC on the test candidates against their gold labels."""
+    from prmkit.evaluate.stepwise import auc
+
+    pairs = [(s, y >= 0.5) for r in scored for s, y in zip(r.step_scores or [], r.labels or [])
+             if s is not None and y is not None]
+    return auc([s for s, _ in pairs], [y for _, y in pairs])
+
+
 def _summary_rows(config: DemoConfig, curve: dict[str, Any], top: dict[str, float], q_step: Any,
-                  q_bin: Any, spent: tuple[int, int], search: dict[str, Any]) -> list[tuple[str, str]]:
+                  q_bin: Any, spent: tuple[int, int], search: dict[str, Any],
+                  step_auc: float | None = None) -> list[tuple[str, str]]:
     n = curve["n"][-1]
     problems = curve["problems_total"]
     rows = [("sizes", f"{config.train_problems} x {config.train_n} training candidates, "
@@ -356,6 +366,9 @@ def _summary_rows(config: DemoConfig, curve: dict[str, Any], top: dict[str, floa
     gap_small = first[best_prm] - first["orm"]
     rows.append((f"PRM - ORM gap at N=1 and N={n}", f"{gap_small:+.1f} and "
                                                     f"{top[best_prm] - top['orm']:+.1f} points"))
+    if step_auc is not None:  # how well the trained PRM ranks steps: the reason for the above
+        rows.append(("PRM step AUC vs gold labels (test)", f"{step_auc:.3f} (the exact-label "
+                                                           f"PRM: 1.000)"))
     rows.append(("MC labels vs gold: step agreement", _pct(q_step.step_agreement)))
     rows.append(("MC labels vs gold: first-error agreement", _pct(q_step.first_error_agreement)))
     rows.append(("binary search: rollouts / per-step rollouts",
