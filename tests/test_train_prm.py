@@ -177,3 +177,24 @@ def test_bad_options_are_clear_errors(base, data, tmp_path):
         PRMTrainConfig(base=base, data=data[0], output=str(tmp_path), head="three")
     with pytest.raises(PrmkitError, match="last-k"):
         train_prm(config(base, data, tmp_path / "x", last_k=5, max_steps=1))
+
+
+def test_training_batches_mix_neighbours_and_keep_the_budget():
+    from prmkit.train.loop import training_batches
+
+    # 40 problems x 4 candidates, the candidates of a problem adjacent and of one length (as
+    # a policy's identical right answers are): length-sorted batches would be one problem each
+    lengths = [60 + 3 * (i // 4) for i in range(160)] + [900]   # and one too long for a batch
+    batches = training_batches(lengths, 256, seed=0)
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(161))                                 # each example once
+    for b in batches:
+        assert len(b) == 1 or max(lengths[i] for i in b) * len(b) <= 256
+    assert [160] in batches                                         # the long one alone
+    one_problem = sum(len(b) > 1 and len({i // 4 for i in b}) == 1 for b in batches)
+    assert one_problem <= len(batches) // 10
+    assert training_batches(lengths, 256, seed=0) == batches        # the seed fixes them
+    assert training_batches(lengths, 256, seed=1) != batches
+    # within a chunk like lengths go together: padding stays small
+    waste = sum(max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b) for b in batches)
+    assert waste / sum(lengths) < 0.15
