@@ -217,3 +217,32 @@ def test_beam_search_gives_the_same_records_with_and_without_reuse():
         assert x.step_scores == pytest.approx(y.step_scores, abs=1e-4)
     assert a.account.total.tokens_generated == b.account.total.tokens_generated
     assert a.account.total.prm_tokens < b.account.total.prm_tokens
+
+
+def test_batches_follow_the_items_not_memory_addresses(monkeypatch):
+    """Which children share a forward pass must not change from run to run: in bfloat16 the
+    batch changes the last bits of a score, and a near tie in a beam then flips. Parents go in
+    the order of their first child in the call, their children in call order."""
+    import random
+
+    prm = HFPRM(tiny.causal_lm(), tiny.tokenizer(), PRESETS["math-shepherd"], F32)
+    scorer = IncrementalPRM(prm)
+    problems = [f"What is {k} + {k}?" for k in range(8)]
+    roots = scorer.roots(problems)
+    parents = [p for p, in (scorer.extend([(r, "Let us add.")]) for r in roots)]
+    items = [(parents[i], f"{i} + {i} = {2 * i + d}.") for i in range(8) for d in range(2)]
+    random.Random(0).shuffle(items)   # so call order and allocation order differ
+    seen: list[list[str]] = []
+    read = scorer._read
+    monkeypatch.setattr(scorer, "_read", lambda batch, out: (
+        seen.append([m.child.steps[-1] for m in batch]), read(batch, out)))
+    scorer.budget = 10 ** 9           # one batch: its order is the whole story
+    scorer.extend(items)
+    order = []
+    for parent, _ in items:
+        if parent not in order:
+            order.append(parent)
+    order.sort(key=lambda p: -len(p.ids))   # longest cache first (a stable sort)
+    want = [step for parent in order for p, step in items if p is parent]
+    assert len({len(p.ids) for p in parents}) < len(parents)  # ties that the order must break
+    assert seen == [want]

@@ -225,8 +225,13 @@ class IncrementalPRM:
                 self.fallbacks += 1
                 child.parent = None
                 members.append(_Member(j, child, child.ids, read, None))
-        # longest cached prefix first, a parent's children together; batches within the budget
-        members.sort(key=lambda m: (-m.past, id(m.base)))
+        # longest cached prefix first, a parent's children together (parents in the order of
+        # their first child: an order by id() would change from run to run, and so would the
+        # batches and, in bfloat16, the last bits of the scores); batches within the budget
+        first: dict[int, int] = {}
+        for m in members:
+            first.setdefault(id(m.base), m.j)
+        members.sort(key=lambda m: (-m.past, first[id(m.base)], m.j))
         batch: list[_Member] = []
         for m in members:
             width = max([x.past for x in batch] + [m.past]) + max([len(x.ids) for x in batch] + [len(m.ids)])
