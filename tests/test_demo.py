@@ -82,6 +82,15 @@ def test_demo_with_other_settings_starts_again(base, tmp_path, capsys):
     assert main(demo_args(base, out, "--seed", "3", "--rollouts", "2")) == 0
     assert not (out / "stale.jsonl").exists()
     assert json.loads((out / "settings.json").read_text())["seed"] == 3
+    # the same settings written by an older version of the stages: started again too
+    from prmkit.lab import demo
+
+    settings = json.loads((out / "settings.json").read_text())
+    (out / "settings.json").write_text(json.dumps({**settings, "stages_version": 1}))
+    (out / "stale.jsonl").write_text("old")
+    assert main(demo_args(base, out, "--seed", "3", "--rollouts", "2")) == 0
+    assert "resuming" not in capsys.readouterr().out and not (out / "stale.jsonl").exists()
+    assert json.loads((out / "settings.json").read_text())["stages_version"] == demo.STAGES_VERSION
 
 
 def test_demo_never_deletes_a_folder_it_did_not_make(base, tmp_path, capsys):

@@ -39,6 +39,10 @@ from typing import Any, Callable, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.records import Record, read_records, write_records
 
+# Stored with the settings: a folder written by another version of the stages starts again
+# rather than reusing files the current code would not make. 2: trainers' mixed batches, search
+# batches independent of memory addresses (2026-11-30).
+STAGES_VERSION = 2
 PRM_METHODS = ("prm-prod", "prm-min", "prm-last")
 BON_METHODS = PRM_METHODS + ("orm", "majority", "weighted-majority", "gold-prm", "oracle")
 
@@ -186,7 +190,8 @@ class _Printer:
 def _prepare(out: str, config: DemoConfig) -> None:
     """Reuse ``out`` when it holds a run with the same settings, else start it afresh."""
     settings = os.path.join(out, "settings.json")
-    wanted = {k: v for k, v in asdict(config).items() if k != "output"}
+    wanted = {**{k: v for k, v in asdict(config).items() if k != "output"},
+              "stages_version": STAGES_VERSION}
     if os.path.isdir(out):
         if not os.path.isfile(settings):
             if os.listdir(out):   # never delete a folder the demo did not make
