@@ -55,7 +55,9 @@ def test_demo_runs_every_stage_and_reports_what_it_measured(base, tmp_path, caps
     wrong = [x for x, y in steps if not y]
     assert right and wrong  # the lab policy at these seeds makes both
     by_pairs = sum((a > b) + 0.5 * (a == b) for a in right for b in wrong) / (len(right) * len(wrong))
-    assert summary["summary"]["PRM step AUC vs gold labels (test)"].startswith(f"{by_pairs:.3f} ")
+    row = summary["summary"]["PRM step AUC vs gold labels (test)"]
+    assert row.startswith(f"{by_pairs:.3f} ")
+    assert row.endswith("(the exact-label PRM: 1.000)")   # its scores are the gold labels
     mc = read_records(str(out / "train_mc.jsonl"))
     assert len(mc) == 12 and all("mc" in r.meta for r in mc)
     binary = read_records(str(out / "train_mc_binary.jsonl"))

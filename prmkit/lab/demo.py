@@ -137,8 +137,9 @@ def run(config: DemoConfig) -> int:
     gold_scores = GoldPRM().score([r.problem for r in scored], [r.steps for r in scored])
     ns = sorted({1, 2, 4, config.n} | {k for k in (8, 16) if k <= config.n})
     curve = bestofn.curve(scored, bestofn.BestOfNConfig(n=ns, draws=200, seed=config.seed))
+    gold_scored = [_with_scores(r, s) for r, s in zip(scored, gold_scores)]
     curve["methods"]["gold-prm"] = bestofn.curve(
-        [_with_scores(r, s) for r, s in zip(scored, gold_scores)],
+        gold_scored,
         bestofn.BestOfNConfig(n=ns, draws=200, seed=config.seed, methods=["prm-min"]))["methods"]["prm-min"]
     top = {m: pts[-1]["accuracy"] for m, pts in curve["methods"].items()}
     say.stage(4, f"best-of-{ns[-1]} on {len(test_p)} test problems: " + ", ".join(
@@ -152,7 +153,8 @@ def run(config: DemoConfig) -> int:
         for row in search["rows"]))
 
     # 6. the report and the summary ----------------------------------------------------------
-    rows = _summary_rows(config, curve, top, q_step, q_bin, spent, search, _step_auc(scored))
+    rows = _summary_rows(config, curve, top, q_step, q_bin, spent, search,
+                         (_step_auc(scored), _step_auc(gold_scored)))
     report = os.path.join(out, "report.html")
     _write_report(report, scored, gold, curve, rows, search, quality)
     say.stage(6, f"report: {report}")
@@ -345,7 +347,8 @@ def _step_auc(scored: Sequence[Record]) -> float | None:
 
 def _summary_rows(config: DemoConfig, curve: dict[str, Any], top: dict[str, float], q_step: Any,
                   q_bin: Any, spent: tuple[int, int], search: dict[str, Any],
-                  step_auc: float | None = None) -> list[tuple[str, str]]:
+                  step_auc: tuple[float | None, float | None] = (None, None),
+                  ) -> list[tuple[str, str]]:
     n = curve["n"][-1]
     problems = curve["problems_total"]
     rows = [("sizes", f"{config.train_problems} x {config.train_n} training candidates, "
@@ -371,9 +374,10 @@ def _summary_rows(config: DemoConfig, curve: dict[str, Any], top: dict[str, floa
     gap_small = first[best_prm] - first["orm"]
     rows.append((f"PRM - ORM gap at N=1 and N={n}", f"{gap_small:+.1f} and "
                                                     f"{top[best_prm] - top['orm']:+.1f} points"))
-    if step_auc is not None:  # how well the trained PRM ranks steps: the reason for the above
-        rows.append(("PRM step AUC vs gold labels (test)", f"{step_auc:.3f} (the exact-label "
-                                                           f"PRM: 1.000)"))
+    trained, exact = step_auc   # how well the PRMs rank steps: the reason for the above
+    if trained is not None:
+        rows.append(("PRM step AUC vs gold labels (test)", f"{trained:.3f}" + (
+            "" if exact is None else f" (the exact-label PRM: {exact:.3f})")))
     rows.append(("MC labels vs gold: step agreement", _pct(q_step.step_agreement)))
     rows.append(("MC labels vs gold: first-error agreement", _pct(q_step.first_error_agreement)))
     rows.append(("binary search: rollouts / per-step rollouts",
