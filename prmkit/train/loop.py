@@ -368,4 +368,7 @@ class Loop:
                     bar.write("  ".join(f"{k}={v}" for k, v in m.items()))
                 self.acc.wait_for_everyone()
         bar.close()
+        # tear the process group down here: left to interpreter exit, gloo's threads can abort
+        # a process ("terminate called without an active exception", 1 run in 8 measured)
+        self.acc.end_training()
         return history
