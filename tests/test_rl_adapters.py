@@ -54,15 +54,9 @@ def test_step_spans_worked_by_hand():
 @pytest.fixture
 def word_tokenizer():
     """Words, spaces and newlines are tokens of their own: offsets are known by hand."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    import tiny
 
-    vocab = {t: i for i, t in enumerate(["[UNK]", "x", "=", "1", "\n", " ", "y", "2.", "<end>"])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"\n| "), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="<end>")
-    return fast
+    return tiny.word_tokenizer("[UNK]", "<end>", eos_token="<end>")
 
 
 def test_step_rewards_land_on_the_last_token_of_each_step(word_tokenizer):

@@ -16,15 +16,10 @@ from prmkit.rl.rewards import ProcessReward, RewardConfig
 
 @pytest.fixture
 def word_tokenizer():
-    """Words, spaces and newlines are tokens of their own; <pad> is special."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    """Words, spaces and newlines are tokens of their own; <pad> (id 0) is special."""
+    import tiny
 
-    vocab = {t: i for i, t in enumerate(["<pad>", "x", "=", "1", "\n", " ", "y", "2.", "[UNK]"])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"\n| "), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="<pad>")
+    return tiny.word_tokenizer("<pad>", "[UNK]", pad_token="<pad>")
 
 
 class ScoreByStep:

@@ -34,6 +34,20 @@ def tokenizer():
     return fast
 
 
+def word_tokenizer(first: str, last: str, **specials: str):
+    """A word-level tokenizer whose offsets and ids are known by hand: "x", "=", "1", newline,
+    space, "y" and "2." are tokens of their own (ids 1 to 7), ``first`` is id 0 and ``last``
+    id 8; ``specials`` name the special tokens (unk_token is [UNK], one of the two ends)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate([first, "x", "=", "1", "\n", " ", "y", "2.", last])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"\n| "), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", **specials)
+
+
 def llama_config(**kw):
     from transformers import LlamaConfig
 
