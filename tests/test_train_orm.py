@@ -75,13 +75,15 @@ def test_pair_loss_is_bradley_terry_by_hand(base, tmp_path):
     """The loop's pair loss equals -log sigmoid(r_chosen - r_rejected) computed by hand."""
     from prmkit.models.hf import Reader
     from prmkit.train.loop import Loop
+    from prmkit.train.orm import PairObjective
 
     fmt = training_format("prmkit", "class")
     model = tiny.token_classifier(2)
     bound = fmt.bind(tiny.tokenizer())
     exs, _ = pair_examples(candidates(1), bound, 512, 1, 0)
-    loop = Loop(model, Reader(model, fmt, bound), exs, LoopConfig(), str(tmp_path / "o"),
-                tiny.tokenizer().pad_token_id, "neg_train_loss", lambda m: {}, lambda *a: None)
+    objective = PairObjective(Reader(model, fmt, bound), tiny.tokenizer().pad_token_id)
+    loop = Loop(model, objective, exs, LoopConfig(), str(tmp_path / "o"), "neg_train_loss",
+                lambda m: {}, lambda *a: None)
     got = loop._loss([0]).item()
     with torch.no_grad():
         def reward(e):

@@ -299,24 +299,6 @@ class Reader:
             return logits[:, 0] - logits[:, 1]
         return logits[:, self.format.positive_class] - logits[:, 1 - self.format.positive_class]
 
-    def loss(self, logits: Any, targets: Any) -> Any:
-        """Cross-entropy against soft targets p in [0, 1] (hard labels are 0 or 1): the
-        positive token or class gets p, the other 1 - p; a value head uses binary CE."""
-        import torch
-        import torch.nn.functional as F
-
-        logits = logits.float()
-        if self.format.reading == "value":
-            return F.binary_cross_entropy_with_logits(logits[:, 0], targets)
-        logp = torch.log_softmax(logits, dim=-1)
-        if self.format.reading == "label-tokens":
-            pos, neg = logp[:, 0], logp[:, 1]
-        else:
-            if logits.shape[-1] != 2:
-                raise PrmkitError(f"training a class head needs 2 classes, the model has {logits.shape[-1]}")
-            pos, neg = logp[:, self.format.positive_class], logp[:, 1 - self.format.positive_class]
-        return -(targets * pos + (1 - targets) * neg).mean()
-
 
 def _logits(output: Any) -> Any:
     return output.logits if hasattr(output, "logits") else output[0]

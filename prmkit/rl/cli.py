@@ -8,17 +8,17 @@ from typing import Any
 
 def add_rl(sub: Any) -> None:
     from prmkit.rl import grpo
-    from prmkit.train.cli import _Raw, add_config_options
+    from prmkit.cliutil import Formatter, add_config_options
 
     p = sub.add_parser("rl", help="RL (GRPO, TRL) with outcome and process rewards",
-                       description=grpo.__doc__, formatter_class=_Raw)
+                       description=grpo.__doc__, formatter_class=Formatter)
     add_config_options(p, grpo.RLConfig)
     p.set_defaults(run=_run_rl)
 
 
 def _run_rl(args: argparse.Namespace) -> int:
     from prmkit.rl.grpo import RLConfig, run_rl
-    from prmkit.train.cli import config_from_args
+    from prmkit.cliutil import config_from_args
 
     result = run_rl(config_from_args(RLConfig, args))
     b, a = result["before"], result["after"]

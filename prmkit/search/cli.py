@@ -16,7 +16,7 @@ from prmkit.errors import PrmkitError
 
 
 def add_search(sub: Any) -> None:
-    from prmkit.cli import EPILOG_RECORDS, _Formatter
+    from prmkit.cliutil import EPILOG_RECORDS, Formatter, add_config_options, add_dtype_option
     from prmkit.formats import FORMAT_NAMES
     from prmkit.generate.cli import POLICY_HELP, add_policy_options
     from prmkit.generate.run import INPUT_HELP
@@ -25,13 +25,12 @@ def add_search(sub: Any) -> None:
     from prmkit.search.mcts import MCTSConfig
     from prmkit.search.run import METHODS
     from prmkit.steps import RULES
-    from prmkit.train.cli import add_config_options
 
     methods = "\n".join(f"  {name}: {_first_line(mod.__doc__)}" for name, mod in
                         [("best-of-n", best_of_n), ("beam", beam), ("dvts", dvts), ("mcts", mcts)])
     p = sub.add_parser(
         "search", help="PRM-guided search: best-of-n, beam, dvts, mcts",
-        formatter_class=_Formatter, epilog=EPILOG_RECORDS,
+        formatter_class=Formatter, epilog=EPILOG_RECORDS,
         description="Search for solutions step by step with a policy, guided by a PRM, and write "
                     "each problem's final candidates as records (group = the problem id, best "
                     "first, meta.selected on the chosen one, meta.compute with the tokens "
@@ -48,8 +47,8 @@ def add_search(sub: Any) -> None:
     p.add_argument("--prm-format", default=None,
                    help="the PRM's step format (preset or prmkit_format.json); default: the "
                         "format saved in the model folder")
-    p.add_argument("--prm-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="the PRM's weights; auto = bfloat16, float32 for exact comparisons")
+    add_dtype_option(p, "--prm-dtype",
+                     help="the PRM's weights; auto = bfloat16, float32 for exact comparisons")
     p.add_argument("--prm-device", default=None, help="the PRM's device; default: --device")
     p.add_argument("--prm-token", default=None,
                    help="bearer token for a remote --prm URL (default: $PRMKIT_TOKEN)")
@@ -98,7 +97,7 @@ def _run_search(args: argparse.Namespace) -> int:
     from prmkit.generate.cli import default_chunk, load_policy, policy_options
     from prmkit.generate.run import read_problems
     from prmkit.search.run import METHODS, run_search
-    from prmkit.train.cli import config_from_args
+    from prmkit.cliutil import config_from_args
 
     _, config_class = METHODS[args.method]
     config = config_from_args(config_class, args)

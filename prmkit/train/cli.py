@@ -4,52 +4,14 @@ option's help is the config field's help."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shlex
 import sys
-import types
-import typing
 from typing import Any
 
+from prmkit.cliutil import AGGREGATE_CHOICES, Formatter, add_config_options, add_dtype_option, \
+    config_from_args
 from prmkit.errors import PrmkitError
-from prmkit.train.loop import LoopConfig
-
-
-def _option_type(tp: Any) -> tuple[Any, bool]:
-    """(python type, optional) of a dataclass field annotation such as ``int | None``."""
-    args = typing.get_args(tp)
-    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        inner = [a for a in args if a is not type(None)]
-        return inner[0], True
-    return tp, False
-
-
-def add_config_options(parser: argparse.ArgumentParser, cls: Any, skip: tuple[str, ...] = ()) -> None:
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in skip or f.name in ("loop", "command"):
-            continue
-        tp, optional = _option_type(hints[f.name])
-        flag = "--" + f.name.replace("_", "-")
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        help_text = f.metadata.get("help", "")
-        if tp is bool:
-            default = f.default
-            if default:
-                parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name,
-                                    action="store_false", help=f"do not: {help_text}")
-            else:
-                parser.add_argument(flag, dest=f.name, action="store_true", help=help_text)
-            continue
-        parser.add_argument(flag, dest=f.name, type=tp, required=required,
-                            default=None if required else f.default,
-                            help=help_text + (" (optional)" if optional else ""))
-
-
-def config_from_args(cls: Any, args: argparse.Namespace, **extra: Any) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    values = {k: v for k, v in vars(args).items() if k in names and k not in extra}
-    return cls(**values, **extra)
+from prmkit.models.reading import TRAIN_DTYPES
 
 
 def add_train(sub: Any) -> None:
@@ -69,16 +31,10 @@ def add_train(sub: Any) -> None:
                       ("implicit-prm", ImplicitTrainConfig)):
         module = sys.modules.get(docs[kind]) or __import__(docs[kind], fromlist=["x"])
         k = kinds.add_parser(kind, help=(module.__doc__ or "").strip().splitlines()[0],
-                             description=module.__doc__, formatter_class=_Raw)
-        add_config_options(k, cls)
-        loop = k.add_argument_group("optimisation (shared by the trainers)")
-        add_config_options(loop, LoopConfig)
+                             description=module.__doc__, formatter_class=Formatter)
+        add_config_options(k, cls)  # the loop's options in their own group
         k.set_defaults(run=_run_train, config_class=cls)
     p.set_defaults(run=lambda args: _no_kind(p))
-
-
-class _Raw(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    pass
 
 
 def _no_kind(parser: argparse.ArgumentParser) -> int:
@@ -87,9 +43,8 @@ def _no_kind(parser: argparse.ArgumentParser) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    loop = config_from_args(LoopConfig, args)
     command = "prmkit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    cfg = config_from_args(args.config_class, args, loop=loop, command=command)
+    cfg = config_from_args(args.config_class, args, command=command)
     if args.kind == "prm":
         from prmkit.train.prm import train_prm as run
     elif args.kind == "implicit-prm":
@@ -115,19 +70,18 @@ def add_select_for_labeling(sub: Any) -> None:
     from prmkit.train import active
 
     p = sub.add_parser("select-for-labeling", help="pick convincing wrong-answer solutions to label",
-                       description=active.__doc__, formatter_class=_Raw)
+                       description=active.__doc__, formatter_class=Formatter)
     p.add_argument("--input", required=True, help="candidate records (prmkit JSONL) with "
                    "is_correct, or answer and reference")
     p.add_argument("--k", type=int, required=True, help="how many solutions to pick")
     p.add_argument("--model", default=None, help="PRM to score candidates that have no "
                    "step_scores (default: use the step_scores in the input)")
     p.add_argument("--format", default=None, help="step format, if the model folder has none")
-    p.add_argument("--by", default="prod", choices=["prod", "min", "last", "mean", "geomean"],
+    p.add_argument("--by", default="prod", choices=AGGREGATE_CHOICES,
                    help="how step scores are aggregated into the solution's score")
     p.add_argument("--per-problem", type=int, default=None,
                    help="at most this many picks per problem (group)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
-                   help="scoring dtype (auto = bfloat16)")
+    add_dtype_option(p, help="scoring dtype (auto = bfloat16)", choices=("auto", *TRAIN_DTYPES))
     p.add_argument("--output", required=True, help="the chosen records, best first")
     p.set_defaults(run=_run_select_for_labeling)
 

@@ -40,19 +40,19 @@ from prmkit.errors import PrmkitError
 from prmkit.records import Record, read_records
 from prmkit.stepformat import BoundFormat, StepFormat
 from prmkit.train import modeldir, orm
-from prmkit.train.loop import Example, Loop, LoopConfig, set_trainable
+from prmkit.train.common import TrainConfig, auc, load_base, make_saver, pad_id
+from prmkit.train.loop import Example, Loop, set_trainable
 
 OBJECTIVES = ("ce", "dpo")
 
 
-@dataclass
-class ImplicitTrainConfig:
+@dataclass(kw_only=True)
+class ImplicitTrainConfig(TrainConfig):
     """``prmkit train implicit-prm``: outcome labels in, a PRM out."""
 
     base: str = field(metadata={"help": "base model, also the frozen reference: a default name "
                                         "(smollm2-135m) or a folder of a causal LM"})
     data: str = field(metadata={"help": "training records with is_correct (and group, for dpo)"})
-    output: str = field(metadata={"help": "output folder: best/, last/, metrics.jsonl"})
     eval_data: str | None = field(default=None, metadata={
         "help": "dev records with is_correct (outcome AUC picks best/); with labels or "
                 "first_error also step AUC and first-error F1"})
@@ -66,13 +66,8 @@ class ImplicitTrainConfig:
     score_form: str = field(default="probability", metadata={
         "help": "what the saved model's score() returns: probability (sigmoid of the "
                 "cumulative reward), cumulative (q_k), or step (per-step reward r_k)"})
-    max_length: int = field(default=1024, metadata={"help": "longer solutions are left out"})
     max_pairs_per_group: int = field(default=4, metadata={
         "help": "dpo: at most this many (correct, wrong) pairs per problem"})
-    dtype: str = field(default="float32", metadata={
-        "help": "compute dtype: float32, or bfloat16 (autocast; float32 weights)"})
-    loop: LoopConfig = field(default_factory=LoopConfig)
-    command: str = ""
 
     def __post_init__(self) -> None:
         from prmkit.models.implicit import FORMS
@@ -83,10 +78,7 @@ class ImplicitTrainConfig:
             raise PrmkitError(f"--beta must be positive, got {self.beta}")
         if self.score_form not in FORMS:
             raise PrmkitError(f"--score-form {self.score_form!r} is not one of {', '.join(FORMS)}")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise PrmkitError(f"--dtype {self.dtype!r} is not float32 or bfloat16")
-        if self.max_length < 8:
-            raise PrmkitError("--max-length must be at least 8")
+        self.check_common()
         if self.max_pairs_per_group < 1:
             raise PrmkitError("--max-pairs-per-group must be at least 1")
 
@@ -122,7 +114,7 @@ def pair_examples(records: Sequence[Record], bound: BoundFormat, max_length: int
 
 
 class ImplicitObjective:
-    """The loss of one batch (``Loop``'s ``loss_fn``) and the reference log-probabilities."""
+    """The loss of one batch (the objective handed to ``Loop``) and the reference log-probabilities."""
 
     def __init__(self, model: Any, beta: float, pad_id: int, pairs: bool):
         self.model, self.beta, self.pad_id, self.pairs = model, beta, pad_id, pairs
@@ -175,7 +167,7 @@ class ImplicitObjective:
 def validate_implicit(prm: Any, records: Sequence[Record]) -> dict[str, float]:
     """Outcome AUC (the reward against is_correct), and step AUC / first-error F1 of the
     probability form on the records with step labels."""
-    from prmkit.train.prm import auc, validate
+    from prmkit.train.prm import validate
 
     out: dict[str, float] = {}
     judged = [r for r in records if r.is_correct is not None]
@@ -195,13 +187,12 @@ def train_implicit(cfg: ImplicitTrainConfig) -> list[dict[str, Any]]:
     """Train; returns the validation history (also in ``OUTPUT/metrics.jsonl``)."""
     from prmkit.models.hf import HFConfig
     from prmkit.models.implicit import ImplicitPRM, implicit_format, make_reference
-    from prmkit.train.prm import _load_base, _pad_id, make_saver
 
     fmt: StepFormat = implicit_format(cfg.format)
     train_records = read_records(cfg.data)
     dev = [r for r in read_records(cfg.eval_data)
            if r.is_correct is not None or r.labels_or_first_error()] if cfg.eval_data else []
-    model, tokenizer = _load_base(cfg, fmt)
+    model, tokenizer = load_base(cfg, fmt)
     if fmt.layout != "text" and not getattr(tokenizer, "chat_template", None):
         raise PrmkitError(f"{cfg.base} has no chat template: use --format lines")
     bound = fmt.bind(tokenizer)
@@ -219,7 +210,7 @@ def train_implicit(cfg: ImplicitTrainConfig) -> list[dict[str, Any]]:
                              if cfg.objective == "dpo" else ")"))
     model = set_trainable(model, cfg.loop)
     reference = make_reference(model, cfg.loop.train)
-    objective = ImplicitObjective(model, cfg.beta, _pad_id(tokenizer), cfg.objective == "dpo")
+    objective = ImplicitObjective(model, cfg.beta, pad_id(tokenizer), cfg.objective == "dpo")
     objective.set_reference(examples, cfg.loop.batch_tokens, cfg.dtype == "bfloat16")
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     print(f"train implicit-prm: {len(examples)} {'solutions' if cfg.objective == 'ce' else 'pairs'}"
@@ -243,8 +234,8 @@ def train_implicit(cfg: ImplicitTrainConfig) -> list[dict[str, Any]]:
         saver(m, folder, metrics)
         write_card(cfg, fmt, folder, metrics, len(examples), len(dev))
 
-    loop = Loop(model, None, examples, cfg.loop, cfg.output, _pad_id(tokenizer), fitness,
-                evaluate, save, autocast_bf16=cfg.dtype == "bfloat16", loss_fn=objective)
+    loop = Loop(model, objective, examples, cfg.loop, cfg.output, fitness, evaluate, save,
+                autocast_bf16=cfg.autocast_bf16)
     return loop.run()
 
 

@@ -1,4 +1,4 @@
-"""The training loop that the PRM and ORM trainers share.
+"""The training loop that the trainers share.
 
 * which parameters train: ``full`` (everything), ``lora`` (low-rank adapters through ``peft``,
   Hu et al. 2021, plus the new head), or ``last-k`` (the last k transformer layers, the final
@@ -11,8 +11,9 @@
   are often the same length or the same text, into one batch: every batch one problem's labels,
   and the model swinging from one problem to the next (measured: the demo's ORM ended at a
   training loss of 1.46, worse than a constant guess);
-* the loss: :meth:`prmkit.models.hf.Reader.loss` at the read positions of the step format
-  (the same reader the scorer uses, so the trainer labels exactly the positions the scorer reads);
+* the loss: the trainer's objective, ``objective(examples, device, via) -> loss`` (the PRM's
+  in :mod:`prmkit.train.prm`, the ORM's in :mod:`prmkit.train.orm`, the implicit PRM's in
+  :mod:`prmkit.train.implicit`), called under autocast; the loop knows no loss of its own;
 * validation every ``eval_every`` optimiser steps (default: each epoch's end) and after the last
   step, a fitness score
   from the caller, ``DIR/metrics.jsonl``, ``DIR/last/`` and ``DIR/best/`` (like a detector
@@ -181,28 +182,24 @@ def training_batches(lengths: Sequence[int], budget: int, seed: int,
 class Loop:
     """Runs optimiser steps over ``examples`` with validation, checkpoints and resume.
 
+    ``objective(examples, device, via)`` is the loss of one batch (the trainer's);
     ``evaluate(model) -> dict`` returns validation metrics including ``cfg_fitness`` (higher is
     better); ``save(model, folder, metrics)`` writes a usable model folder.
     """
 
-    def __init__(self, model: Any, reader: Any, examples: Sequence[Example], cfg: LoopConfig,
-                 output: str, pad_id: int, fitness: str,
+    def __init__(self, model: Any, objective: Callable[[list[Example], Any, Any], Any],
+                 examples: Sequence[Example], cfg: LoopConfig, output: str, fitness: str,
                  evaluate: Callable[[Any], dict[str, float]],
-                 save: Callable[[Any, str, dict[str, Any]], None], drop_mask: bool = True,
-                 autocast_bf16: bool = False,
-                 loss_fn: Callable[[list[Example], Any, Any], Any] | None = None):
+                 save: Callable[[Any, str, dict[str, Any]], None], autocast_bf16: bool = False):
         import torch
         from accelerate import Accelerator
 
         if not examples:
             raise PrmkitError("no training examples with a labelled step")
         self.torch, self.cfg, self.output = torch, cfg, output
-        self.reader, self.examples, self.pad_id, self.drop_mask = reader, examples, pad_id, drop_mask
+        self.objective, self.examples = objective, examples
         self.fitness, self.evaluate, self.save = fitness, evaluate, save
         self.autocast_bf16 = autocast_bf16
-        # a trainer with its own objective (train/implicit.py) passes loss_fn(examples, device,
-        # via) instead of a reader; ``via`` is the wrapped model under DDP, else None
-        self.loss_fn = loss_fn
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
         # a pair counts twice against the budget: both of its sequences are in the batch
         self.batches = training_batches(
@@ -285,30 +282,12 @@ class Loop:
 
     # -- one optimiser step -------------------------------------------------------------------
     def _loss(self, batch: list[int]) -> Any:
-        from prmkit.models.hf import pad_right
-
         torch = self.torch
         exs = [self.examples[i] for i in batch]
-        if self.loss_fn is not None:
-            via = self.model if self.acc.num_processes > 1 else None
-            with torch.autocast(self.acc.device.type, dtype=torch.bfloat16,
-                                enabled=self.autocast_bf16):
-                return self.loss_fn(exs, self.acc.device, via)
-        pairs = exs[0].rejected is not None
-        seqs = exs + [e.rejected for e in exs] if pairs else exs
-        ids, mask = pad_right([e.input_ids for e in seqs], self.pad_id)
-        rows = torch.tensor([b for b, e in enumerate(seqs) for _ in e.read_positions])
-        cols = torch.tensor([p for e in seqs for p in e.read_positions])
-        dev = self.acc.device
-        attn = None if (self.drop_mask or bool(mask.all())) else mask.to(dev)
         via = self.model if self.acc.num_processes > 1 else None  # DDP must see the forward
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=self.autocast_bf16):
-            logits = self.reader.logits(ids.to(dev), attn, rows.to(dev), cols.to(dev), via=via)
-        if pairs:
-            r = self.reader.margin(logits)
-            return -torch.nn.functional.logsigmoid(r[:len(exs)] - r[len(exs):]).mean()
-        targets = torch.tensor([t for e in exs for t in e.targets], dtype=torch.float32)
-        return self.reader.loss(logits, targets.to(dev))
+        with torch.autocast(self.acc.device.type, dtype=torch.bfloat16,
+                            enabled=self.autocast_bf16):
+            return self.objective(exs, self.acc.device, via)
 
     def run(self) -> list[dict[str, Any]]:
         from tqdm import tqdm

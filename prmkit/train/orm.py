@@ -27,40 +27,48 @@ from typing import Any, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.records import Record, read_records
 from prmkit.stepformat import BoundFormat
-from prmkit.train.loop import Example, Loop, LoopConfig, set_trainable
-from prmkit.train.prm import HEADS, _load_base, _pad_id, auc, make_saver, training_format
+from prmkit.train.common import (HEADS, TrainConfig, auc, load_base, make_saver, pad_id,
+                                 read_logits, training_format)
+from prmkit.train.loop import Example, Loop, set_trainable
+from prmkit.train.prm import StepObjective
 
 OBJECTIVES = ("outcome", "pairwise")
 
 
-@dataclass
-class ORMTrainConfig:
+@dataclass(kw_only=True)
+class ORMTrainConfig(TrainConfig):
     """``prmkit train orm``: outcome classification or pairwise Bradley-Terry."""
 
-    base: str = field(metadata={"help": "base model: a default name (smollm2-135m), a folder"})
     data: str = field(metadata={"help": "training records with is_correct (and group, for pairwise)"})
-    output: str = field(metadata={"help": "output folder: best/, last/, metrics.jsonl"})
     eval_data: str | None = field(default=None, metadata={"help": "dev records with is_correct"})
     objective: str = field(default="outcome", metadata={"help": "outcome or pairwise"})
-    format: str = field(default="prmkit", metadata={"help": "step format preset or JSON"})
     head: str = field(default="class", metadata={"help": "class (2-class head) or label-tokens"})
-    max_length: int = field(default=1024, metadata={"help": "longer solutions are left out"})
     max_pairs_per_group: int = field(default=4, metadata={
         "help": "pairwise: at most this many (correct, wrong) pairs per problem"})
-    dtype: str = field(default="float32", metadata={
-        "help": "compute dtype: float32, or bfloat16 (autocast; float32 weights)"})
-    loop: LoopConfig = field(default_factory=LoopConfig)
-    command: str = ""
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise PrmkitError(f"--objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
         if self.head not in HEADS:
             raise PrmkitError(f"--head {self.head!r} is not one of {', '.join(HEADS)}")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise PrmkitError(f"--dtype {self.dtype!r} is not float32 or bfloat16")
+        self.check_common(min_length=False)
         if self.max_pairs_per_group < 1:
             raise PrmkitError("--max-pairs-per-group must be at least 1")
+
+
+class PairObjective:
+    """Bradley-Terry: -log sigmoid(r(chosen) - r(rejected)), r the head's logit margin at the
+    solution's last step; a pair's two sequences go through the model in one batch."""
+
+    def __init__(self, reader: Any, pad: int, drop_mask: bool = True):
+        self.reader, self.pad, self.drop_mask = reader, pad, drop_mask
+
+    def __call__(self, exs: list[Example], device: Any, via: Any) -> Any:
+        import torch
+
+        seqs = exs + [e.rejected for e in exs if e.rejected is not None]
+        r = self.reader.margin(read_logits(self.reader, seqs, self.pad, self.drop_mask, device, via))
+        return -torch.nn.functional.logsigmoid(r[:len(exs)] - r[len(exs):]).mean()
 
 
 def _outcome_example(r: Record, bound: BoundFormat, max_length: int, target: float) -> Example | None:
@@ -122,7 +130,7 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
     train_records = read_records(cfg.data)
     dev = [r for r in read_records(cfg.eval_data) if r.is_correct is not None] \
         if cfg.eval_data else []
-    model, tokenizer = _load_base(cfg, fmt)
+    model, tokenizer = load_base(cfg, fmt)
     bound = fmt.bind(tokenizer)
     if cfg.objective == "outcome":
         examples, left = outcome_examples(train_records, bound, cfg.max_length)
@@ -145,7 +153,8 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
         return {"dev_auc": round(a, 6) if a is not None else float("-inf")}
 
     save = make_saver(cfg, fmt, tokenizer, "orm", model, len(examples), len(dev))
-    loop = Loop(model, Reader(model, fmt, bound), examples, cfg.loop, cfg.output,
-                _pad_id(tokenizer), fitness, evaluate, save,
-                autocast_bf16=cfg.dtype == "bfloat16")
+    objective = (StepObjective if cfg.objective == "outcome" else PairObjective)(
+        Reader(model, fmt, bound), pad_id(tokenizer))
+    loop = Loop(model, objective, examples, cfg.loop, cfg.output, fitness, evaluate, save,
+                autocast_bf16=cfg.autocast_bf16)
     return loop.run()

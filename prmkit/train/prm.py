@@ -18,33 +18,29 @@ Heads (``head``):
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.records import Record, first_error_from_labels, read_records
-from prmkit.stepformat import BoundFormat, StepFormat, get_format
-from prmkit.train import modeldir
-from prmkit.train.loop import Example, Loop, LoopConfig, set_trainable, trainable_names
+from prmkit.stepformat import BoundFormat
+from prmkit.train.common import (HEADS, TrainConfig, auc, load_base, make_saver, pad_id,
+                                 read_logits, training_format)
+from prmkit.train.loop import Example, Loop, set_trainable
 
-HEADS = ("class", "label-tokens")
 FITNESS = ("auc", "f1")
+__all__ = ["FITNESS", "HEADS", "PRMTrainConfig", "StepObjective", "auc", "first_error_f1",
+           "step_examples", "train_prm", "training_format", "validate"]
 
 
-@dataclass
-class PRMTrainConfig:
+@dataclass(kw_only=True)
+class PRMTrainConfig(TrainConfig):
     """``prmkit train prm``: what to train on, how the PRM reads steps, and the loop options."""
 
-    base: str = field(metadata={"help": "base model: a default name (smollm2-135m), a folder"})
     data: str = field(metadata={"help": "training records (prmkit JSONL) with labels or first_error"})
-    output: str = field(metadata={"help": "output folder: best/, last/, metrics.jsonl"})
     eval_data: str | None = field(default=None, metadata={
         "help": "dev records for validation; default: none (fitness from training loss)"})
-    format: str = field(default="prmkit", metadata={"help": "step format preset or JSON"})
     head: str = field(default="class", metadata={"help": "class (2-class head) or label-tokens"})
     labels: str = field(default="hard", metadata={
         "help": "hard: labels >= 0.5 are 1, else 0; soft: train against [p, 1-p] as given"})
@@ -57,8 +53,6 @@ class PRMTrainConfig:
     dtype: str = field(default="float32", metadata={
         "help": "compute dtype: float32, or bfloat16 (autocast: bf16 matmuls, float32 weights "
                 "and optimiser, about 2x faster on CPU)"})
-    loop: LoopConfig = field(default_factory=LoopConfig)
-    command: str = ""
 
     def __post_init__(self) -> None:
         if self.head not in HEADS:
@@ -67,19 +61,43 @@ class PRMTrainConfig:
             raise PrmkitError(f"--labels {self.labels!r} is not hard or soft")
         if self.fitness not in FITNESS:
             raise PrmkitError(f"--fitness {self.fitness!r} is not one of {', '.join(FITNESS)}")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise PrmkitError(f"--dtype {self.dtype!r} is not float32 or bfloat16")
-        if self.max_length < 8:
-            raise PrmkitError("--max-length must be at least 8")
+        self.check_common()
 
 
-def training_format(name: str, head: str) -> StepFormat:
-    """The preset with its reading set by ``head``: what the trained model will store."""
-    fmt = get_format(name)
-    if head == "class":
-        return dataclasses.replace(fmt, reading="classes", positive_class=1)
-    return dataclasses.replace(fmt, reading="label-tokens", positive=fmt.positive or "+",
-                               negative=fmt.negative or "-")
+class StepObjective:
+    """The PRM's loss: cross-entropy against each labelled step's target p in [0, 1] (hard
+    labels are 0 or 1), read at the step's read position. The positive token or class gets p,
+    the other 1 - p; a value head uses binary cross-entropy."""
+
+    def __init__(self, reader: Any, pad: int, drop_mask: bool = True):
+        self.reader, self.pad, self.drop_mask = reader, pad, drop_mask
+
+    def __call__(self, exs: list[Example], device: Any, via: Any) -> Any:
+        import torch
+
+        logits = read_logits(self.reader, exs, self.pad, self.drop_mask, device, via)
+        targets = torch.tensor([t for e in exs for t in e.targets], dtype=torch.float32)
+        return cross_entropy(self.reader.format.reading, self.reader.format.positive_class,
+                             logits, targets.to(device))
+
+
+def cross_entropy(reading: str, positive_class: int, logits: Any, targets: Any) -> Any:
+    """Cross-entropy of step logits (:meth:`prmkit.models.reading.Reader.logits`) against soft
+    targets."""
+    import torch
+    import torch.nn.functional as F
+
+    logits = logits.float()
+    if reading == "value":
+        return F.binary_cross_entropy_with_logits(logits[:, 0], targets)
+    logp = torch.log_softmax(logits, dim=-1)
+    if reading == "label-tokens":
+        pos, neg = logp[:, 0], logp[:, 1]
+    else:
+        if logits.shape[-1] != 2:
+            raise PrmkitError(f"training a class head needs 2 classes, the model has {logits.shape[-1]}")
+        pos, neg = logp[:, positive_class], logp[:, 1 - positive_class]
+    return -(targets * pos + (1 - targets) * neg).mean()
 
 
 def step_examples(records: Sequence[Record], bound: BoundFormat, max_length: int, soft: bool,
@@ -113,13 +131,6 @@ def step_examples(records: Sequence[Record], bound: BoundFormat, max_length: int
 
 # ---------------------------------------------------------------------------------------------
 # validation metrics
-
-
-def auc(labels: Sequence[float], scores: Sequence[float]) -> float | None:
-    """Step AUC (labels >= 0.5 are positive); None with one class only."""
-    from prmkit.evaluate.stepwise import auc as step_auc
-
-    return step_auc(scores, [y >= 0.5 for y in labels])
 
 
 def first_error_f1(records: Sequence[Record], scores: Sequence[Sequence[float | None]],
@@ -158,66 +169,15 @@ def validate(prm: Any, records: Sequence[Record]) -> dict[str, float]:
 # training
 
 
-def _load_base(cfg: Any, fmt: StepFormat) -> tuple[Any, Any]:
-    import torch
-    from transformers import AutoTokenizer
-
-    from prmkit.models.hf import resolve_model_path
-
-    path = resolve_model_path(cfg.base)
-    torch.manual_seed(cfg.loop.seed)  # the new head's initialisation
-    model, _ = modeldir.load_model(path, modeldir.architecture_of(fmt.reading),
-                                   2 if fmt.reading == "classes" else None,
-                                   torch.float32)  # bfloat16 runs as autocast
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = tokenizer.pad_token_id or tokenizer.eos_token_id
-    return model, tokenizer
-
-
-def make_saver(cfg: Any, fmt: StepFormat, tokenizer: Any, kind: str, base_model: Any,
-               n_train: int, n_dev: int) -> Any:
-    """``save(model, folder, metrics)``: a folder that ``prmkit score --model`` can use alone."""
-    def save(model: Any, folder: str, metrics: dict[str, Any]) -> None:
-        import copy
-
-        tokenizer.save_pretrained(folder)
-        fmt.save(folder)
-        arch = modeldir.architecture_of(fmt.reading)
-        if cfg.loop.train == "last-k":
-            modeldir.save_delta(folder, model, trainable_names(model), cfg.base, arch)
-        elif cfg.loop.train == "lora":
-            copy.deepcopy(model).merge_and_unload().save_pretrained(folder, safe_serialization=True)
-        else:
-            model.save_pretrained(folder, safe_serialization=True)
-        config = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "command"}
-        with open(os.path.join(folder, modeldir.TRAIN_FILE), "w", encoding="utf-8") as f:
-            json.dump({"kind": kind, "config": config, "metrics": metrics}, f, indent=2)
-        metric_lines = [f"| {k} | {v} |" for k, v in metrics.items()]
-        modeldir.write_card(folder, f"prmkit {kind.upper()} trained from {cfg.base}", [
-            f"A {'process' if kind == 'prm' else 'outcome'} reward model trained with prmkit.", "",
-            f"- base model: `{cfg.base}`; trained: `{cfg.loop.train}`"
-            + (f" (last {cfg.loop.last_k} layers + head)" if cfg.loop.train == "last-k" else ""),
-            f"- step format: `{fmt.name}`, reading `{fmt.reading}`",
-            f"- training data: `{cfg.data}` ({n_train} sequences); dev data: "
-            f"`{cfg.eval_data}` ({n_dev} records)",
-            f"- command: `{cfg.command or '(library call)'}`",
-            f"- training compute dtype: {cfg.dtype} (weights float32); validation scores "
-            f"computed in float32", "",
-            "## Measured at this checkpoint", "", "| metric | value |", "|---|---|",
-            *metric_lines])
-    return save
-
-
 def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
     """Train; returns the validation history (also in ``OUTPUT/metrics.jsonl``)."""
-    from prmkit.models.hf import HFConfig, HFPRM
+    from prmkit.models.hf import HFConfig, HFPRM, Reader
 
     fmt = training_format(cfg.format, cfg.head)
     train_records = read_records(cfg.data)
     dev_records = [r for r in read_records(cfg.eval_data) if r.labels_or_first_error()] \
         if cfg.eval_data else []
-    model, tokenizer = _load_base(cfg, fmt)
+    model, tokenizer = load_base(cfg, fmt)
     bound = fmt.bind(tokenizer)
     examples, skipped = step_examples(train_records, bound, cfg.max_length,
                                       cfg.labels == "soft", cfg.until_first_error)
@@ -238,14 +198,8 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
         out.setdefault(fitness, float("-inf"))
         return out
 
-    from prmkit.models.hf import Reader
-
-    reader = Reader(model, fmt, bound)
+    objective = StepObjective(Reader(model, fmt, bound), pad_id(tokenizer))
     save = make_saver(cfg, fmt, tokenizer, "prm", model, len(examples), len(dev_records))
-    loop = Loop(model, reader, examples, cfg.loop, cfg.output, _pad_id(tokenizer), fitness,
-                evaluate, save, autocast_bf16=cfg.dtype == "bfloat16")
+    loop = Loop(model, objective, examples, cfg.loop, cfg.output, fitness, evaluate, save,
+                autocast_bf16=cfg.autocast_bf16)
     return loop.run()
-
-
-def _pad_id(tokenizer: Any) -> int:
-    return next((i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id) if i is not None), 0)

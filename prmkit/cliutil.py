@@ -1,0 +1,101 @@
+"""What every ``prmkit`` subcommand's parser shares: the help formatter, the records epilog,
+the dtype option, and options generated from a typed dataclass config.
+
+A config field becomes ``--field-name`` with the field's default and its ``metadata["help"]``; a
+bool field becomes a flag (``--name`` when it defaults to False, ``--no-name`` when True); a field
+whose type is itself a dataclass (a nested config) is flattened: its fields become options of
+their own, in an argument group titled by ``metadata["group"]``, and :func:`config_from_args`
+builds the nested config back. A field with ``metadata={"cli": False}`` is not an option.
+ARCHITECTURE.md, "Layers": this module imports nothing of prmkit but the errors, so every CLI
+module may import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from typing import Any
+
+from prmkit.models.reading import DTYPES
+
+EPILOG_RECORDS = ("Records are JSONL, one object per line, with the fields id, problem, steps, "
+                  "labels, first_error, answer, reference, is_correct, group, step_scores, meta "
+                  "(see README.md).")
+AGGREGATE_CHOICES = ["prod", "min", "last", "mean", "geomean"]
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions as written (with their line breaks), and each option's default shown."""
+
+
+def add_parser(sub: Any, name: str, help: str, description: str | None,
+               epilog: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand parser with prmkit's formatter."""
+    return sub.add_parser(name, help=help, description=description, epilog=epilog,
+                          formatter_class=Formatter)
+
+
+def add_dtype_option(p: Any, flag: str = "--dtype", help: str = "auto = bfloat16",
+                     choices: tuple[str, ...] = DTYPES) -> None:
+    """The weights' dtype (default auto) for a job that loads a model."""
+    p.add_argument(flag, default="auto", choices=list(choices), help=help)
+
+
+def option_type(tp: Any) -> tuple[Any, bool]:
+    """(python type, optional) of a dataclass field annotation such as ``int | None``."""
+    args = typing.get_args(tp)
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        inner = [a for a in args if a is not type(None)]
+        return inner[0], True
+    return tp, False
+
+
+def _is_config(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def add_config_options(parser: Any, cls: Any, skip: tuple[str, ...] = ()) -> None:
+    """Add an option for every field of the dataclass ``cls`` (nested configs flattened)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip or not f.metadata.get("cli", True):
+            continue
+        tp, optional = option_type(hints[f.name])
+        if _is_config(tp):
+            group = parser.add_argument_group(f.metadata.get("group", f.name))
+            add_config_options(group, tp, skip)
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        help_text = f.metadata.get("help", "")
+        if tp is bool:
+            if f.default:
+                parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name,
+                                    action="store_false", help=f"do not: {help_text}")
+            else:
+                parser.add_argument(flag, dest=f.name, action="store_true", help=help_text)
+            continue
+        kwargs: dict[str, Any] = {"choices": list(f.metadata["choices"])} \
+            if "choices" in f.metadata else {}
+        parser.add_argument(flag, dest=f.name, type=tp, required=required,
+                            default=None if required else f.default,
+                            help=help_text + (" (optional)" if optional else ""), **kwargs)
+
+
+def config_from_args(cls: Any, args: argparse.Namespace, **extra: Any) -> Any:
+    """The config ``cls`` from the options :func:`add_config_options` added (nested configs
+    built from their own options); ``extra`` gives fields that are not options."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    given = vars(args)
+    for f in dataclasses.fields(cls):
+        if f.name in extra:
+            continue
+        tp, _ = option_type(hints[f.name])
+        if _is_config(tp) and f.metadata.get("cli", True):
+            values[f.name] = config_from_args(tp, args)
+        elif f.name in given:
+            values[f.name] = given[f.name]
+    return cls(**values, **extra)
