@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="CPU threads for both backends")
     args = ap.parse_args()
 
-    from prmkit.generate.cli import load_policy
+    from prmkit.generate.load import load_policy
 
     texts = problems(args.prompts)
     results: dict[str, tuple[int, float]] = {}

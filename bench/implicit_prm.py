@@ -52,7 +52,8 @@ from prmkit.generate.run import Problem, candidate_record  # noqa: E402
 from prmkit.generate.stepwise import solve  # noqa: E402
 from prmkit.lab import GoldPRM, LabConfig, gold_record, load_lab_policy, make_problems  # noqa: E402
 from prmkit.label.mc import MCConfig, label_mc  # noqa: E402
-from prmkit.models.hf import HFConfig, load_hf_prm  # noqa: E402
+from prmkit.models.hf import HFConfig  # noqa: E402
+from prmkit.models.load import load_prm  # noqa: E402
 from prmkit.records import Record, write_records  # noqa: E402
 from prmkit.train.implicit import ImplicitTrainConfig, train_implicit  # noqa: E402
 from prmkit.train.loop import LoopConfig  # noqa: E402
@@ -186,7 +187,7 @@ def main() -> int:
     results = {}
     for name in ("explicit", "implicit"):
         t = time.time()
-        prm = load_hf_prm(os.path.join(args.out, name, "last"), config=HFConfig(dtype="float32"))
+        prm = load_prm(os.path.join(args.out, name, "last"), config=HFConfig(dtype="float32"))
         scores = prm.score(problems, steps)
         results[name] = evaluate(name, scores, test, gold)
         results[name]["score_seconds"] = round(time.time() - t, 1)

@@ -42,7 +42,7 @@ DATA = os.environ.get("PRMKIT_SHARED_DATA",
 
 def lab_solutions(args):
     """Sampled lab solutions of at least ``min_steps`` steps, as records with a reference."""
-    from prmkit.generate.cli import load_policy
+    from prmkit.generate.load import load_policy
     from prmkit.generate.run import Problem, candidate_record
     from prmkit.generate.stepwise import solve
     from prmkit.lab import LabConfig, make_problems
@@ -90,7 +90,7 @@ def smollm_slice(args):
     reference answers come from GSM8K (every ProcessBench gsm8k problem is a GSM8K test problem),
     the gold first errors from ProcessBench."""
     from prmkit.formats import read
-    from prmkit.generate.cli import load_policy
+    from prmkit.generate.load import load_policy
     from prmkit.label.quality import label_quality
 
     pb = os.path.join(DATA, "processbench_dev", "gsm8k.json")

@@ -182,7 +182,7 @@ def main() -> None:
 
     import torch
 
-    from prmkit.generate.cli import load_policy
+    from prmkit.generate.load import load_policy
     from prmkit.lab import GoldPRM
     from prmkit.models.hf import HFConfig, load_hf_prm
     from prmkit.models.pypi import DEFAULT_PRM_DIR

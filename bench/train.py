@@ -72,7 +72,7 @@ import torch  # noqa: E402
 from prmkit import formats  # noqa: E402
 from prmkit.models.hf import HFConfig, HFPRM, Reader, token_budget_batches  # noqa: E402
 from prmkit.records import Record, write_records  # noqa: E402
-from prmkit.train import modeldir  # noqa: E402
+from prmkit.models import folder as modeldir  # noqa: E402
 from prmkit.train.loop import Loop, LoopConfig, set_trainable, trainable_names  # noqa: E402
 from prmkit.train.prm import PRMTrainConfig, make_saver, step_examples, training_format, validate  # noqa: E402
 

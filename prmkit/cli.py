@@ -13,6 +13,7 @@ import sys
 from typing import Any, Callable
 
 from prmkit import __version__
+from prmkit.cliutil import AGGREGATE_CHOICES, EPILOG_RECORDS, Formatter, add_dtype_option, add_parser
 from prmkit.errors import PrmkitError
 from prmkit.generate.cli import add_generate
 from prmkit.label.cli import add_label
@@ -21,18 +22,8 @@ from prmkit.rl.cli import add_rl
 from prmkit.search.cli import add_search
 from prmkit.serve.cli import add_serve
 
-EPILOG_RECORDS = ("Records are JSONL, one object per line, with the fields id, problem, steps, "
-                  "labels, first_error, answer, reference, is_correct, group, step_scores, meta "
-                  "(see README.md).")
-
-
-class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    pass
-
-
 def _parser(sub: Any, name: str, help: str, description: str) -> argparse.ArgumentParser:
-    return sub.add_parser(name, help=help, description=description, epilog=EPILOG_RECORDS,
-                          formatter_class=_Formatter)
+    return add_parser(sub, name, help, description, EPILOG_RECORDS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,8 +111,7 @@ def _add_score(sub: Any) -> None:
     p.add_argument("--per-prefix", action="store_true",
                    help="slow reference mode: score every prefix in its own forward pass "
                         "(for checking a new model or format against one-pass scoring)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="auto = bfloat16; use float32 for exact comparisons")
+    add_dtype_option(p, help="auto = bfloat16; use float32 for exact comparisons")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--token-budget", type=int, default=16384,
                    help="maximum padded tokens per forward pass")
@@ -136,69 +126,21 @@ def _add_score(sub: Any) -> None:
     p.set_defaults(run=_run_score)
 
 
-def _open_scorer(args: argparse.Namespace, config: Any) -> tuple[Any, str]:
-    """The PRM to score with, and its kind (prm, or orm for an outcome model)."""
-    from prmkit.models.hf import load_hf_prm, resolve_model_path
-    from prmkit.models.remote import RemotePRM, is_remote
-    from prmkit.train.modeldir import read_train_info
-
-    model = args.model or default_prm_path()
-    if is_remote(model):
-        return RemotePRM(model, token=args.token), "prm"
-    kind = read_train_info(resolve_model_path(model)).get("kind", "prm") \
-        if os.path.isdir(model) else "prm"
-    return load_hf_prm(model, args.format, config), kind
-
-
-def default_prm_path() -> str:
-    from prmkit.models.pypi import DEFAULT_PRM_DIR
-
-    if not os.path.isfile(os.path.join(DEFAULT_PRM_DIR, "prmkit_format.json")):
-        raise PrmkitError("no default PRM is installed with this prmkit; pass --model")
-    return DEFAULT_PRM_DIR
-
-
 def _run_score(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from prmkit.models.hf import HFConfig
-    from prmkit.records import ResumableWriter, read_records
+    from prmkit.models.load import model_kind, open_prm
+    from prmkit.models.reading import HFConfig
+    from prmkit.records import read_records
+    from prmkit.scoring import score_records
 
     records = read_records(args.input)
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
     if args.chunk < 1:
         raise PrmkitError(f"--chunk must be positive, got {args.chunk}")
-    partial = args.output + ".partial"
-    done: set[str] = set()
-    if not args.no_resume and os.path.exists(partial):
-        done = ResumableWriter(args.output).done_ids()  # only reads what is finished
-    todo = [r for r in records if r.id not in done]
-    prm, kind = _open_scorer(args, config) if todo else (None, "prm")  # before any output
-    writer = ResumableWriter(args.output, resume=not args.no_resume)
-    if done:
-        print(f"resuming: {len(records) - len(todo)} of {len(records)} records already scored",
-              file=sys.stderr)
-    # Longest first across the whole file, so batches are tight; written chunk by chunk.
-    todo.sort(key=lambda r: -sum(len(s) for s in r.steps) - len(r.problem))
-    with tqdm(total=len(records), initial=len(records) - len(todo), desc="score",
-              unit="rec", disable=None) as bar:
-        for start in range(0, len(todo), args.chunk):
-            chunk = todo[start:start + args.chunk]
-            problems, steps = [r.problem for r in chunk], [r.steps for r in chunk]
-            scored = (prm.score_per_prefix(problems, steps) if args.per_prefix
-                      else prm.score(problems, steps))
-            for rec, scores in zip(chunk, scored):
-                if kind == "orm":  # one score for the whole solution, read at its end
-                    rec.meta["outcome_score"] = scores[-1]
-                else:
-                    rec.step_scores = scores
-                writer.write(rec)
-            bar.update(len(chunk))
-    writer.close(order=[r.id for r in records])
-    if prm is not None and prm.stats.truncated_solutions:
-        print(f"warning: {prm.stats.truncated_solutions} solutions were longer than the model "
-              f"allows; their last steps have null scores", file=sys.stderr)
+    kind = model_kind(args.model)
+    score_records(records, lambda: open_prm(args.model, args.token, args.format, config),
+                  args.output, resume=not args.no_resume, kind=kind, per_prefix=args.per_prefix,
+                  chunk=args.chunk)
     print(f"scored {len(records)} records -> {args.output}", file=sys.stderr)
     return 0
 
@@ -216,7 +158,7 @@ def _add_select(sub: Any) -> None:
                 "the accuracy of the choice.\n\n" + (select.__doc__ or "").split("\n\n", 2)[-1])
     p.add_argument("--input", required=True, help="candidate records (prmkit JSONL)")
     p.add_argument("--by", required=True, choices=select.METHODS, help="selection method")
-    p.add_argument("--weight-by", default="prod", choices=["prod", "min", "last", "mean", "geomean"],
+    p.add_argument("--weight-by", default="prod", choices=AGGREGATE_CHOICES,
                    help="how weighted-majority aggregates each candidate's step scores")
     p.add_argument("--output", default=None, help="where to write the chosen records")
     p.set_defaults(run=_run_select)
@@ -296,7 +238,7 @@ COMMANDS: list[Callable[[Any], None]] = [_add_convert, _add_score, _add_select, 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="prmkit", formatter_class=_Formatter,
+        prog="prmkit", formatter_class=Formatter,
         description="prmkit: process reward models. Label, train, score, select and search, "
                     "evaluate, serve.")
     parser.add_argument("--version", action="version", version=f"prmkit {__version__}")

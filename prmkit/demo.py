@@ -98,9 +98,10 @@ def run(data: str | None, output: str, score_n: int = 16, bon_problems: int = 10
     if score_n > 0:
         print(f"3. scoring {score_n} ProcessBench solutions with smollm2-135m (float32), "
               f"one pass and per prefix", flush=True)
-        from prmkit.models.hf import HFConfig, load_hf_prm
+        from prmkit.models.load import load_prm
+        from prmkit.models.reading import HFConfig
 
-        prm = load_hf_prm("smollm2-135m", "math-shepherd", HFConfig(dtype="float32"))
+        prm = load_prm("smollm2-135m", "math-shepherd", HFConfig(dtype="float32"))
         sample = pb[:score_n]
         problems, steps = [r.problem for r in sample], [r.steps for r in sample]
         t = time.perf_counter()
@@ -124,16 +125,17 @@ def run(data: str | None, output: str, score_n: int = 16, bon_problems: int = 10
     from prmkit.models.pypi import DEFAULT_PRM_DIR
 
     if bon_problems > 0 and os.path.isfile(os.path.join(DEFAULT_PRM_DIR, "prmkit_format.json")):
-        from prmkit.models.hf import HFConfig, load_hf_prm
+        from prmkit.models.load import load_prm
+        from prmkit.models.reading import HFConfig
+        from prmkit.scoring import score_records
 
         groups = sorted({c.group for c in cands}, key=lambda g: int(g.split("-")[1]))[:bon_problems]
         keep = set(groups)
         sub = [c for c in cands if c.group in keep]
         print(f"4. best-of-4 on {len(groups)} GSM8K problems with the default PRM (bfloat16)",
               flush=True)
-        prm = load_hf_prm(DEFAULT_PRM_DIR, config=HFConfig(dtype="bfloat16"))
-        for c, s in zip(sub, prm.score([c.problem for c in sub], [c.steps for c in sub])):
-            c.step_scores = s
+        prm = load_prm(DEFAULT_PRM_DIR, config=HFConfig(dtype="bfloat16"))
+        score_records(sub, prm, chunk=None, desc="best-of-4")
         write_records(os.path.join(output, "gsm8k_candidates_scored.jsonl"), sub)
         accs = {}
         for method in ("majority", "prm-min", "prm-prod", "prm-last", "weighted-majority", "oracle"):

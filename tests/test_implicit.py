@@ -13,7 +13,8 @@ import torch
 
 from prmkit.cli import main
 from prmkit.errors import PrmkitError
-from prmkit.models.hf import HFConfig, load_hf_prm
+from prmkit.models.hf import HFConfig
+from prmkit.models.load import load_prm as load_hf_prm  # any folder kind, the implicit PRM's too
 from prmkit.models.implicit import (ImplicitPRM, implicit_format, make_reference, share_frozen,
                                     sigmoid)
 from prmkit.records import Record, read_records, write_records

@@ -11,17 +11,14 @@ import os
 import sys
 from typing import Any
 
+from prmkit.cliutil import Formatter
 from prmkit.errors import PrmkitError
-
-
-class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    pass
 
 
 def _sub(sub: Any, name: str, help: str, doc: str | None, intro: str) -> argparse.ArgumentParser:
     body = (doc or "").strip()
     return sub.add_parser(name, help=help, description=intro + "\n\n" + body,
-                          formatter_class=_Formatter)
+                          formatter_class=Formatter)
 
 
 def add_eval(sub: Any) -> None:
@@ -30,7 +27,7 @@ def add_eval(sub: Any) -> None:
     from prmkit.evaluate.common import add_model_args
 
     p = sub.add_parser("eval", help="evaluate a PRM: ProcessBench, PRMBench, step metrics, "
-                       "best-of-N curves", formatter_class=_Formatter,
+                       "best-of-N curves", formatter_class=Formatter,
                        description="Evaluate a process reward model. Every evaluation writes "
                        "JSON, prints a table with baselines that no model needs beside the "
                        "model's figures, and shows progress while a model scores.")
@@ -149,7 +146,7 @@ def _source(args: argparse.Namespace) -> str:
 
 def _run_processbench(args: argparse.Namespace) -> int:
     from prmkit.evaluate import processbench
-    from prmkit.evaluate.common import check_model_or_predictions, read_predictions, score_records, write_json
+    from prmkit.evaluate.common import check_model_or_predictions, read_predictions, score_with_model, write_json
 
     check_model_or_predictions(args)
     _check_output(args.output, args.save_scores)
@@ -161,7 +158,7 @@ def _run_processbench(args: argparse.Namespace) -> int:
     train = _read_training(args.heuristic_train) if args.heuristic_train else None
     info: dict[str, Any]
     if args.model:
-        info = {"scored_by": score_records(records, args, "processbench")}
+        info = {"scored_by": score_with_model(records, args, "processbench")}
         scores: dict[str, Any] | None = {r.id: r.step_scores for r in records}
         fixed = None
     else:
@@ -188,7 +185,7 @@ def _read_training(path: str) -> list[Any]:
 
 def _run_prmbench(args: argparse.Namespace) -> int:
     from prmkit.evaluate import prmbench
-    from prmkit.evaluate.common import check_model_or_predictions, read_predictions, score_records, write_json
+    from prmkit.evaluate.common import check_model_or_predictions, read_predictions, score_with_model, write_json
 
     check_model_or_predictions(args)
     _check_output(args.output, args.save_scores)
@@ -197,7 +194,7 @@ def _run_prmbench(args: argparse.Namespace) -> int:
     records = prmbench.load(args.data)
     info: dict[str, Any]
     if args.model:
-        info = {"scored_by": score_records(records, args, "prmbench")}
+        info = {"scored_by": score_with_model(records, args, "prmbench")}
         scores = {r.id: r.step_scores for r in records}
     else:
         preds = read_predictions(args.predictions, records, allow_first_error=False)

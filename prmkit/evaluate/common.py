@@ -16,8 +16,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from prmkit.cliutil import add_dtype_option
 from prmkit.errors import PrmkitError, RecordError
-from prmkit.records import Record, ResumableWriter, _kind, atomic_output, iter_jsonl
+from prmkit.records import Record, atomic_output, iter_jsonl, kind_name
 
 
 def pct(value: float | None) -> str:
@@ -107,16 +108,16 @@ def read_predictions(path: str, records: Sequence[Record], allow_first_error: bo
 
 def _prediction(obj: Any, allow_first_error: bool) -> Prediction:
     if not isinstance(obj, dict):
-        raise RecordError(f"expected a JSON object, got {_kind(obj)}")
+        raise RecordError(f"expected a JSON object, got {kind_name(obj)}")
     if "id" not in obj:
         raise RecordError("missing", field="id")
     rec_id = obj["id"]
     if isinstance(rec_id, bool) or not isinstance(rec_id, (str, int)):
-        raise RecordError(f"expected a string, got {_kind(rec_id)}", field="id")
+        raise RecordError(f"expected a string, got {kind_name(rec_id)}", field="id")
     scores, first = obj.get("step_scores"), obj.get("first_error")
     if scores is not None:
         if not isinstance(scores, list):
-            raise RecordError(f"expected a list, got {_kind(scores)}", field="step_scores")
+            raise RecordError(f"expected a list, got {kind_name(scores)}", field="step_scores")
         for i, v in enumerate(scores):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
                                   or not math.isfinite(v)):
@@ -125,7 +126,7 @@ def _prediction(obj: Any, allow_first_error: bool) -> Prediction:
         return Prediction(str(rec_id), step_scores=[None if v is None else float(v) for v in scores])
     if first is not None and allow_first_error:
         if isinstance(first, bool) or not isinstance(first, int):
-            raise RecordError(f"expected an integer, got {_kind(first)}", field="first_error")
+            raise RecordError(f"expected an integer, got {kind_name(first)}", field="first_error")
         return Prediction(str(rec_id), first_error=first)
     need = "'step_scores' or 'first_error'" if allow_first_error else "'step_scores'"
     raise RecordError(f"missing: each line needs {need}",
@@ -143,8 +144,7 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
                         "saved in the model folder")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="auto = bfloat16; recorded in the results beside every figure")
+    add_dtype_option(p, help="auto = bfloat16; recorded in the results beside every figure")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--token-budget", type=int, default=16384,
                    help="maximum padded tokens per forward pass")
@@ -160,48 +160,21 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
                         "to --predictions or `prmkit report` later")
 
 
-def score_records(records: list[Record], args: argparse.Namespace, desc: str) -> dict[str, Any]:
+def score_with_model(records: list[Record], args: argparse.Namespace, desc: str) -> dict[str, Any]:
     """Set ``step_scores`` on every record with the model in ``args``; show progress.
 
     Returns what to record beside the figures: the model, its step format and the dtype it
     actually ran in. With ``args.save_scores`` the scored records are written as they finish
-    and an interrupted run resumes without rescoring them.
+    and an interrupted run resumes without rescoring them (:func:`prmkit.scoring.score_records`).
     """
-    from tqdm import tqdm
-
-    from prmkit.models.hf import HFConfig, load_hf_prm
+    from prmkit.models.load import load_prm
+    from prmkit.models.reading import HFConfig
+    from prmkit.scoring import score_records
 
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
-    writer = None
-    done: dict[str, dict[str, Any]] = {}
-    if args.save_scores:
-        if os.path.exists(args.save_scores + ".partial"):
-            done = ResumableWriter(args.save_scores).done_rows()  # only reads what is finished
-        for rec in records:
-            row = done.get(rec.id)
-            if row is not None and row.get("steps") == rec.steps:
-                rec.step_scores = row.get("step_scores")
-    todo = [r for r in records if r.id not in done or r.step_scores is None]
-    prm = load_hf_prm(args.model, args.format, config)
-    if args.save_scores:
-        writer = ResumableWriter(args.save_scores, resume=True)
-        if len(todo) < len(records):
-            print(f"resuming: {len(records) - len(todo)} of {len(records)} records already "
-                  f"scored in {args.save_scores}.partial", file=sys.stderr)
-    with tqdm(total=len(records), initial=len(records) - len(todo), desc=desc, unit="rec",
-              disable=None) as bar:
-        # Batches come back as they finish (longest first); each is written at once.
-        for i, scores in prm.score_iter([r.problem for r in todo], [r.steps for r in todo]):
-            todo[i].step_scores = scores
-            if writer is not None:
-                writer.write(todo[i])
-            bar.update(1)
-    if writer is not None:
-        writer.close(order=[r.id for r in records])
-    if prm.stats.truncated_solutions:
-        print(f"warning: {prm.stats.truncated_solutions} solutions were longer than the model "
-              f"allows; their last steps have no score", file=sys.stderr)
+    prm = load_prm(args.model, args.format, config)
+    score_records(records, prm, args.save_scores, chunk=None, desc=desc)
     dtype = str(next(prm.model.parameters()).dtype).replace("torch.", "")
     return {"name": args.model, "format": prm.format.name, "dtype": dtype, "device": args.device,
             "truncated_solutions": prm.stats.truncated_solutions}

@@ -14,7 +14,7 @@ import warnings
 from typing import Any, Iterator
 
 from prmkit.errors import PrmkitError, RecordError
-from prmkit.records import Record, _kind
+from prmkit.records import Record, kind_name
 
 
 def where_in_list(path: str, index: int, obj: Any = None) -> str:
@@ -52,7 +52,7 @@ def get(obj: Any, name: str, kind: type | tuple[type, ...], required: bool = Tru
     Raises a RecordError naming ``name`` (prefixed by ``what``, e.g. ``question.``)."""
     field = f"{what}{name}"
     if not isinstance(obj, dict):
-        raise RecordError(f"expected a JSON object, got {_kind(obj)}",
+        raise RecordError(f"expected a JSON object, got {kind_name(obj)}",
                           field=what.rstrip(".") or None)
     if name not in obj or obj[name] is None:
         if required:
@@ -63,7 +63,7 @@ def get(obj: Any, name: str, kind: type | tuple[type, ...], required: bool = Tru
     bad_bool = isinstance(value, bool) and bool not in kinds
     if bad_bool or not isinstance(value, kinds):
         names = " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
-        raise RecordError(f"expected {names}, got {_kind(value)}", field=field)
+        raise RecordError(f"expected {names}, got {kind_name(value)}", field=field)
     return value
 
 
@@ -76,7 +76,7 @@ def string_list(obj: Any, name: str, what: str = "") -> list[str]:
     values = get(obj, name, list, what=what)
     for i, v in enumerate(values):
         if not isinstance(v, str):
-            raise RecordError(f"entry {i} is {_kind(v)}, expected a string", field=f"{what}{name}")
+            raise RecordError(f"entry {i} is {kind_name(v)}, expected a string", field=f"{what}{name}")
     return values
 
 
@@ -116,7 +116,7 @@ def iter_json_list(path: str) -> Iterator[tuple[int, Any]]:
     except UnicodeDecodeError:
         raise RecordError("not valid UTF-8 text", path) from None
     if not isinstance(data, list):
-        raise RecordError(f"expected a JSON list of records, got {_kind(data)}", path)
+        raise RecordError(f"expected a JSON list of records, got {kind_name(data)}", path)
     yield from enumerate(data)
 
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from prmkit.errors import RecordError
 from prmkit.formats.common import build, extras, get, hard_label
-from prmkit.records import Record, _kind, iter_jsonl, write_jsonl
+from prmkit.records import Record, kind_name, iter_jsonl, write_jsonl
 
 if TYPE_CHECKING:
     from prmkit.formats import ConvertOptions
@@ -149,7 +149,7 @@ def labels_from_list(values: list[Any], n_steps: int, key: str) -> list[float | 
         elif v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)):
             labels.append(None if v is None else float(v))
         else:
-            raise RecordError(f"entry {i} is {_kind(v)} {v!r}, expected '+', '-' or a number "
+            raise RecordError(f"entry {i} is {kind_name(v)} {v!r}, expected '+', '-' or a number "
                               f"in [0, 1]", field=key)
     return labels
 

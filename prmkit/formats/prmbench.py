@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from prmkit.errors import RecordError
 from prmkit.formats.common import build, extras, get, string_list
-from prmkit.records import Record, _kind, iter_jsonl, write_jsonl
+from prmkit.records import Record, kind_name, iter_jsonl, write_jsonl
 
 if TYPE_CHECKING:
     from prmkit.formats import ConvertOptions
@@ -65,7 +65,7 @@ def _steps_list(obj: Any, name: str) -> list[int]:
     values = get(obj, name, list, required=False) or []
     for i, v in enumerate(values):
         if isinstance(v, bool) or not isinstance(v, int):
-            raise RecordError(f"entry {i} is {_kind(v)}, expected a step number", field=name)
+            raise RecordError(f"entry {i} is {kind_name(v)}, expected a step number", field=name)
     return values
 
 

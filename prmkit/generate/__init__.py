@@ -9,7 +9,8 @@
     prompts.py   prompt styles per model (chat template / few-shot) and the step separator
     stepwise.py  solve (whole solutions) and next_step(s) (exactly one step, or the end)
     run.py       the `prmkit generate` job (records, resume)
-    cli.py       the subcommand, and load_policy(name, backend)
+    cli.py       the subcommand and the policy options
+    load.py      load_policy(name, backend)
 
 Heavy libraries (torch, transformers, llama_cpp, vllm) are imported only by the backend that
 needs them.

@@ -281,7 +281,7 @@ def load_hf_generator(policy: str, config: HFGenConfig | None = None,
                       stop_tokens: Sequence[str] = ()) -> HFGenerator:
     """A default model name (``smollm2-135m``, ``gemma3-270m``), a local folder or a hub id,
     loaded from safetensors."""
-    from prmkit.models.hf import resolve_model_path
+    from prmkit.models.folder import resolve_model_path
 
     config = config or HFGenConfig()
     path = resolve_model_path(policy)  # a missing model is reported before the heavy imports

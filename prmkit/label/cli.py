@@ -17,6 +17,7 @@ import functools
 import sys
 from typing import Any, Callable, Iterable, Iterator
 
+from prmkit.cliutil import Formatter
 from prmkit.errors import PrmkitError, RecordError
 from prmkit.label.job import Labeler
 from prmkit.records import Record, iter_jsonl, read_records
@@ -26,7 +27,7 @@ def add_label(sub: Any) -> None:
     from prmkit.label import consensus, judge, mc, quality
 
     p = sub.add_parser("label", help="label steps automatically: Monte Carlo, judge, consensus",
-                       description=__doc__, formatter_class=_formatter())
+                       description=__doc__, formatter_class=Formatter)
     kinds = p.add_subparsers(dest="label_command", metavar="METHOD",
                              help="mc (rollouts), judge (an LLM critic), consensus, quality")
     _add_mc(kinds, mc)
@@ -34,12 +35,6 @@ def add_label(sub: Any) -> None:
     _add_consensus(kinds, consensus)
     _add_quality(kinds, quality)
     p.set_defaults(run=lambda args: (p.print_help(), 2)[1])
-
-
-def _formatter() -> Any:
-    from prmkit.cli import _Formatter   # the formatter every prmkit command uses
-
-    return _Formatter
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -67,7 +62,7 @@ def _add_mc(kinds: Any, mc: Any) -> None:
 
     h = mc.MCConfig.__dataclass_fields__
     p = kinds.add_parser("mc", help="Monte Carlo rollouts (Math-Shepherd), binary search (OmegaPRM)",
-                         description=mc.__doc__, formatter_class=_formatter())
+                         description=mc.__doc__, formatter_class=Formatter)
     p.add_argument("--policy", required=True, help=POLICY_HELP)
     p.add_argument("--rollouts", type=int, default=8, help=h["rollouts"].metadata["help"])
     p.add_argument("--mode", default="hard", choices=mc.MODES, help=h["mode"].metadata["help"])
@@ -92,7 +87,7 @@ def _add_judge(kinds: Any, judge: Any) -> None:
     h = judge.JudgeConfig.__dataclass_fields__
     p = kinds.add_parser("judge", help="an LLM judge names the first wrong step (ProcessBench "
                                        "critic)", description=judge.__doc__,
-                         formatter_class=_formatter())
+                         formatter_class=Formatter)
     p.add_argument("--judge", required=True,
                    help="the judge model: a default model name, model folder, hub id, .gguf file "
                         "(llamacpp) or the model name on an OpenAI-compatible server (--backend "
@@ -109,7 +104,7 @@ def _add_judge(kinds: Any, judge: Any) -> None:
 
 def _add_consensus(kinds: Any, consensus: Any) -> None:
     p = kinds.add_parser("consensus", help="keep the records where MC labels and the judge agree",
-                         description=consensus.__doc__, formatter_class=_formatter())
+                         description=consensus.__doc__, formatter_class=Formatter)
     p.add_argument("--mc", required=True, help="records labelled by `prmkit label mc`")
     p.add_argument("--judge", required=True, help="records labelled by `prmkit label judge`")
     p.add_argument("--output", required=True, help="where to write the kept records")
@@ -120,7 +115,7 @@ def _add_consensus(kinds: Any, consensus: Any) -> None:
 
 def _add_quality(kinds: Any, quality: Any) -> None:
     p = kinds.add_parser("quality", help="compare labels with gold labels",
-                         description=quality.__doc__, formatter_class=_formatter())
+                         description=quality.__doc__, formatter_class=Formatter)
     p.add_argument("--gold", required=True,
                    help="records with gold labels or first_error (same ids), or `lab` for the "
                         "lab world's exact labels")

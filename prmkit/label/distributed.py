@@ -1,7 +1,7 @@
 """Labeling spread over Ray workers, on one machine or many (``--ray auto|local|ADDRESS``).
 
 The driver (the ``prmkit label`` process) starts ``workers`` Ray actors. Each actor loads the
-policy once (``make_policy()``, e.g. :func:`prmkit.generate.cli.load_policy` with the command's
+policy once (``make_policy()``, e.g. :func:`prmkit.generate.load.load_policy` with the command's
 options, so a vLLM worker holds its model on its GPU for the whole run) and labels the tasks it
 is given: ``chunk`` records each, with the same labeling function as a local run (for example
 :func:`prmkit.label.mc.label_mc`, which batches the probes of all its records into one generator

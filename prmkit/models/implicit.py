@@ -54,8 +54,9 @@ from typing import Any, Iterator, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.models.base import collect
-from prmkit.models.hf import (HFConfig, ScoreStats, encode_or_warn, pad_right, prefix_encodings,
-                              token_budget_batches)
+from prmkit.models import folder
+from prmkit.models.reading import (TORCH_DTYPES, HFConfig, ScoreStats, encode_or_warn, pad_right,
+                                   prefix_encodings, token_budget_batches)
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat, get_format
 
 FORMS = ("probability", "cumulative", "step")
@@ -375,32 +376,26 @@ def load_implicit_prm(path: str, config: HFConfig | None = None,
     import torch
     from transformers import AutoTokenizer
 
-    from prmkit.models.hf import TORCH_DTYPES, resolve_model_path
-    from prmkit.stepformat import FORMAT_FILE
-    from prmkit.train import modeldir
-
     config = config or HFConfig()
-    info = modeldir.read_train_info(path)
+    info = folder.read_train_info(path)
     if info.get("kind") != KIND:
         raise PrmkitError(f"{path}: not an implicit PRM folder (kind {info.get('kind')!r})")
     train = info.get("config", {})
     if "base" not in train or "beta" not in train:
-        raise PrmkitError(f"{path}/{modeldir.TRAIN_FILE}: field 'config' needs 'base' and 'beta'")
-    relative = os.path.join(path, train["base"])
-    base_path = resolve_model_path(relative if os.path.isdir(relative) else train["base"])
+        raise PrmkitError(f"{path}/{folder.TRAIN_FILE}: field 'config' needs 'base' and 'beta'")
+    base_path = folder.base_of(path, train["base"])
     dtype = getattr(torch, TORCH_DTYPES[config.dtype])
-    fmt = step_format or os.path.join(path, FORMAT_FILE)
-    fmt = get_format(fmt) if isinstance(fmt, str) else fmt
+    fmt = folder.folder_format(path, path, step_format)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        reference, _ = modeldir.load_model(base_path, "causal-lm", None, dtype)
-        if modeldir.is_delta(path):
+        reference, _ = folder.load_model(base_path, "causal-lm", None, dtype)
+        if folder.is_delta(path):
             from safetensors.torch import load_file
 
-            policy = modeldir.load_delta(path, dtype)
-            share_frozen(policy, reference, set(load_file(os.path.join(path, modeldir.DELTA_FILE))))
+            policy = folder.load_delta(path, dtype)
+            share_frozen(policy, reference, set(load_file(os.path.join(path, folder.DELTA_FILE))))
         else:
-            policy, _ = modeldir.load_model(path, "causal-lm", None, dtype)
+            policy, _ = folder.load_model(path, "causal-lm", None, dtype)
     except PrmkitError:
         raise
     except (OSError, ValueError, json.JSONDecodeError) as e:

@@ -158,7 +158,7 @@ class RescoringScorer:
 
 def reuse_blocker(prm: Any) -> str | None:
     """Why ``prm`` (an HFPRM) cannot reuse caches, or None when it can."""
-    from prmkit.models.hf import BIDIRECTIONAL
+    from prmkit.models.reading import BIDIRECTIONAL
 
     config = prm.model.config
     if getattr(config, "model_type", "") in BIDIRECTIONAL or getattr(config, "is_encoder_decoder", False):
@@ -276,7 +276,7 @@ class IncrementalPRM:
         torch = self.torch
         from transformers import DynamicCache
 
-        from prmkit.models.hf import pad_right
+        from prmkit.models.reading import pad_right
 
         prm = self.prm
         ids, mask = pad_right(seqs, prm.pad_id)

@@ -76,7 +76,7 @@ DEFAULT_MODELS: dict[str, PypiModel] = {
 
 
 # The default prmkit PRM: SmolLM2-135M with its last layers and a 2-class head fine-tuned on
-# PRM800K human step labels, shipped as a delta (see prmkit/train/modeldir.py and its card).
+# PRM800K human step labels, shipped as a delta (see prmkit/models/folder.py and its card).
 DEFAULT_PRM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default_prm")
 
 

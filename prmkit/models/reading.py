@@ -1,14 +1,207 @@
-"""Reading a model's outputs at step positions: dtypes, padding, token-budget batching, Reader.
+"""Reading a model's outputs at step positions: dtypes, the HF run config, padding,
+token-budget batching and :class:`Reader`.
 
-The one place both the scorers (:mod:`prmkit.models.hf`, :mod:`prmkit.models.incremental`) and
-the trainers (:mod:`prmkit.train`) get step logits from, so the positions a trainer labels are the
-positions a scorer reads (ARCHITECTURE.md, "The step format's contract").
+The one place both the scorers (:mod:`prmkit.models.hf`, :mod:`prmkit.models.incremental`,
+:mod:`prmkit.models.implicit`) and the trainers (:mod:`prmkit.train`) get step logits from, so
+the positions a trainer labels are the positions a scorer reads (ARCHITECTURE.md, "The step
+format's contract").
 """
 
 from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from prmkit.errors import PrmkitError
+from prmkit.stepformat import BoundFormat, Encoded, StepFormat
+
+log = logging.getLogger("prmkit")
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # what ``auto`` means, and the torch dtype of each name
 TORCH_DTYPES = {"auto": "bfloat16", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 # a trainer's compute dtype: float32 weights, optionally bfloat16 autocast
 TRAIN_DTYPES = ("float32", "bfloat16")
+# Encoder models attend both ways, so padding must stay masked for them.
+BIDIRECTIONAL = {"bert", "roberta", "deberta", "deberta-v2", "electra", "distilbert",
+                 "xlm-roberta", "modernbert", "albert", "mpnet"}
+
+
+@dataclass
+class HFConfig:
+    """How an HF PRM is loaded and run."""
+
+    dtype: str = field(default="auto", metadata={
+        "help": "auto = bfloat16 on CPU (about 4x faster there than float32) and on GPU. Use "
+                "float32 to compare scores exactly: bf16 scores differ by up to ~3e-2."})
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
+    token_budget: int = field(default=16384, metadata={
+        "help": "maximum padded tokens in one forward pass (longest x batch size)"})
+    max_length: int | None = field(default=None, metadata={
+        "help": "cut solutions to this many tokens; default: the model's maximum"})
+    trust_remote_code: bool = field(default=False, metadata={
+        "help": "run the model repository's own Python code (needed by some public PRMs)"})
+    drop_padding_mask: bool | None = field(default=None, metadata={
+        "help": "None = drop the attention mask for causal models (exact with right padding)"})
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise PrmkitError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.token_budget < 1:
+            raise PrmkitError(f"token_budget must be positive, got {self.token_budget}")
+        if self.max_length is not None and self.max_length < 2:
+            raise PrmkitError(f"max_length must be at least 2, got {self.max_length}")
+
+
+@dataclass
+class ScoreStats:
+    """What the scorer computed: for checking padding waste and throughput."""
+
+    forwards: int = 0
+    real_tokens: int = 0
+    computed_tokens: int = 0     # batch size x longest sequence, summed over forwards
+    truncated_solutions: int = 0
+
+    def padding_efficiency(self) -> float:
+        return self.real_tokens / self.computed_tokens if self.computed_tokens else 1.0
+
+
+def encode_or_warn(bound: BoundFormat, problem: str, steps: Sequence[str], max_length: int,
+                   stats: ScoreStats) -> Encoded:
+    """Encode one solution; a cut solution is counted and warned about (its last steps null)."""
+    enc = bound.encode(problem, steps, max_length=max_length)
+    if enc.truncated:
+        stats.truncated_solutions += 1
+        log.warning("a solution of %d steps is longer than %d tokens: %d of its steps are "
+                    "not scored (null)", enc.n_steps, max_length,
+                    enc.n_steps - len(enc.read_positions))
+    return enc
+
+
+def prefix_encodings(bound: BoundFormat, problems: Sequence[str], steps: Sequence[Sequence[str]],
+                     max_length: int) -> tuple[list[tuple[int, int]], list[Encoded]]:
+    """For per-prefix scoring: every prefix (problem i, steps 0..k) encoded on its own, reading
+    only step k. Returns ``(where, encodings)`` with ``where[j] = (i, k)``; prefixes whose last
+    read position does not fit in ``max_length`` are left out (their score stays null)."""
+    if len(problems) != len(steps):
+        raise PrmkitError(f"{len(problems)} problems but {len(steps)} step lists")
+    where: list[tuple[int, int]] = []
+    encs: list[Encoded] = []
+    for i, (p, s) in enumerate(zip(problems, steps)):
+        for k in range(len(s)):
+            enc = bound.encode(p, s[:k + 1], max_length=max_length)
+            if len(enc.read_positions) == k + 1:
+                encs.append(Encoded(enc.input_ids, enc.read_positions[-1:], enc.step_ends[-1:], 1))
+                where.append((i, k))
+    return where, encs
+
+
+def token_budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices grouped into batches: sorted longest first, each batch's padded size
+    (batch size x its longest member) within ``budget`` (a longer sequence goes alone)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = lengths[current[0]] if current else lengths[i]
+        if current and longest * (len(current) + 1) > budget:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
+    """(ids, mask) tensors, right-padded: real tokens first in every row."""
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for b, s in enumerate(seqs):
+        ids[b, :len(s)] = torch.tensor(list(s), dtype=torch.long)
+        mask[b, :len(s)] = 1
+    return ids, mask
+
+
+class Reader:
+    """Reads a model's outputs at step positions: the one place both the scorer and the trainer
+    get step logits from, so the positions the trainer labels are the positions the scorer reads.
+
+    ``logits`` returns, per read position, two logits ``[positive, negative]`` for label-token
+    models, the class logits for a classification head, or the one logit of a value head.
+    """
+
+    def __init__(self, model: Any, step_format: StepFormat, bound: BoundFormat):
+        self.model, self.format = model, step_format
+        self.pair = [bound.positive_id, bound.negative_id]
+        self.backbone = self.lm_head = None
+        if step_format.reading == "label-tokens":
+            mc = model.config
+            lm_head = model.get_output_embeddings()
+            backbone = getattr(model, getattr(model, "base_model_prefix", "model"), None)
+            modifies_logits = any(getattr(mc, a, None) for a in ("final_logit_softcapping", "logit_scale"))
+            if lm_head is not None and backbone is not None and not modifies_logits:
+                # only the read positions go through the vocabulary projection
+                self.backbone, self.lm_head = backbone, lm_head
+
+    def logits(self, ids: Any, attn: Any, rows: Any, cols: Any, via: Any = None,
+               cache: Any = None, positions: Any = None) -> Any:
+        """Logits at (rows, cols). ``via`` runs the forward through a wrapper of the model
+        (DDP must see the forward call); it then takes the full forward path. ``cache`` is a
+        transformers key-value cache of the tokens before ``ids`` (extended in place;
+        :mod:`prmkit.models.incremental`): ``ids`` then continue those tokens, at
+        ``positions`` (position ids) when the rows' caches are left-padded."""
+        model = via if via is not None else self.model
+        if self.format.reading == "label-tokens":
+            if self.backbone is not None and via is None:
+                hidden = self.backbone(input_ids=ids, attention_mask=attn,
+                                       **cache_kwargs(self.backbone, cache, positions)).last_hidden_state
+                return self.lm_head(hidden[rows, cols])[:, self.pair]
+            return model(input_ids=ids, attention_mask=attn,
+                         **cache_kwargs(model, cache, positions)).logits[rows, cols][:, self.pair]
+        return head_logits(model(input_ids=ids, attention_mask=attn,
+                             **cache_kwargs(model, cache, positions)))[rows, cols]
+
+    def probabilities(self, logits: Any) -> Any:
+        """P(step is correct) from :meth:`logits`."""
+        import torch
+
+        logits = logits.float()
+        if self.format.reading == "label-tokens":
+            return torch.softmax(logits, dim=-1)[:, 0]
+        if self.format.reading == "value":
+            return torch.sigmoid(logits[:, 0])
+        return torch.softmax(logits, dim=-1)[:, self.format.positive_class]
+
+    def margin(self, logits: Any) -> Any:
+        """The reward as one real number per position: logit(P(correct)) for two-way readings,
+        the raw logit of a value head (used by pairwise Bradley-Terry training)."""
+        logits = logits.float()
+        if self.format.reading == "value":
+            return logits[:, 0]
+        if self.format.reading == "label-tokens":
+            return logits[:, 0] - logits[:, 1]
+        return logits[:, self.format.positive_class] - logits[:, 1 - self.format.positive_class]
+
+
+def head_logits(output: Any) -> Any:
+    return output.logits if hasattr(output, "logits") else output[0]
+
+
+def cache_kwargs(module: Any, cache: Any, positions: Any = None) -> dict[str, Any]:
+    """Forward arguments that pass a key-value cache: ``cache`` (transformers 5.x) or
+    ``past_key_values`` (before), whichever the module's forward takes, and the position ids
+    when given; none without a cache."""
+    if cache is None:
+        return {}
+    import inspect
+
+    params = inspect.signature(module.forward).parameters
+    kw = {"cache" if "cache" in params else "past_key_values": cache, "use_cache": True}
+    if positions is not None:
+        kw["position_ids"] = positions
+    return kw

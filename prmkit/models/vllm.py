@@ -99,12 +99,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from prmkit.errors import PrmkitError
-from prmkit.models.hf import ScoreStats, encode_or_warn, prefix_encodings, resolve_model_path
-from prmkit.stepformat import FORMAT_FILE, BoundFormat, Encoded, StepFormat, get_format
+from prmkit.models.folder import folder_format, resolve_model_path
+from prmkit.models.reading import DTYPES, ScoreStats, encode_or_warn, prefix_encodings
+from prmkit.stepformat import BoundFormat, Encoded, StepFormat
 
 log = logging.getLogger("prmkit")
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 POOLING_TASK = "token_classify"
 
 
@@ -276,7 +276,7 @@ class VLLMPRM:
         if max_model_len is not None and max_model_len < 2:
             raise PrmkitError(f"max_model_len must be at least 2, got {max_model_len}")
         path = resolve_model_path(model)
-        fmt = _resolve_format(model, path, step_format)
+        fmt = folder_format(model, path, step_format)
         vllm = _import_vllm()
         make_params = pooling_params_factory(vllm)  # refuse an old vLLM before loading weights
         from transformers import AutoTokenizer
@@ -373,18 +373,6 @@ def _import_vllm() -> Any:
         raise PrmkitError("the vLLM backend needs vLLM: pip install 'prmkit[vllm]' "
                           "(a CUDA machine)") from None
     return vllm
-
-
-def _resolve_format(model: str, path: str, step_format: str | StepFormat | None) -> StepFormat:
-    if isinstance(step_format, StepFormat):
-        return step_format
-    if step_format is None:
-        saved = os.path.join(path, FORMAT_FILE)
-        if not os.path.isfile(saved):
-            raise PrmkitError(f"model {model!r} has no {FORMAT_FILE}: say which step format it "
-                              f"reads (qwen-prm, trl, prmkit, ...)")
-        step_format = saved
-    return get_format(step_format)
 
 
 def _check_plain_lm_head(path: str, trust_remote_code: bool) -> None:

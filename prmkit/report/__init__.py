@@ -129,10 +129,10 @@ def _bestofn(records: Sequence[Record]) -> dict[str, Any] | None:
 
 def add_report(sub: Any) -> None:
     """Add ``prmkit report`` to the top-level subparsers."""
-    from prmkit.evaluate.cli import _Formatter
+    from prmkit.cliutil import Formatter
 
     p = sub.add_parser("report", help="a self-contained HTML page about scored records",
-                       formatter_class=_Formatter,
+                       formatter_class=Formatter,
                        description="Write one HTML page (inline CSS, plots embedded as PNG, no "
                        "network needed) showing every solution's steps coloured by score, the "
                        "predicted and the gold first error, summary tables and plots.\n\n"

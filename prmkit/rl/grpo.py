@@ -238,7 +238,7 @@ def run_rl(cfg: RLConfig) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from prmkit.generate.prompts import make_prompter, tokenizer_specials
-    from prmkit.models.hf import resolve_model_path
+    from prmkit.models.folder import resolve_model_path
     from prmkit.rl.diagnostics import RewardLog, table
     from prmkit.rl.rewards import ProcessReward, RewardConfig, RewardPart, open_prm
     from prmkit.train.loop import LoopConfig, set_trainable
@@ -368,7 +368,7 @@ def _resume_point(cfg: RLConfig) -> tuple[str, int] | None:
 
 def save_policy(model: Any, tokenizer: Any, cfg: RLConfig, folder: str) -> None:
     """The trained policy: a delta of the trained layers on the base (last-k), else full."""
-    from prmkit.train import modeldir
+    from prmkit.models import folder as modeldir
     from prmkit.train.loop import trainable_names
 
     os.makedirs(folder, exist_ok=True)

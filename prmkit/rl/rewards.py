@@ -241,13 +241,9 @@ def open_prm(model: str, token: str | None = None) -> Any:
         from prmkit.lab import GoldPRM
 
         return GoldPRM()
-    from prmkit.models.remote import RemotePRM, is_remote
+    from prmkit.models.load import open_prm as open_model
 
-    if is_remote(model):
-        return RemotePRM(model, token=token or os.environ.get("PRMKIT_TOKEN"))
-    from prmkit.models.hf import load_hf_prm
-
-    return load_hf_prm(model)
+    return open_model(model, token or os.environ.get("PRMKIT_TOKEN"))
 
 
 def batch_metrics(scored: Sequence[Scored]) -> dict[str, float]:

@@ -6,7 +6,7 @@ The contract (DESIGN.md, "Contracts"): a search method is a function
     method(problems, generator, prompter, prm, config) -> SearchResult
 
 ``problems`` are :class:`prmkit.generate.run.Problem` (id, text, reference); ``generator`` and
-``prompter`` come from :func:`prmkit.generate.cli.load_policy` (any backend); ``prm`` is any
+``prompter`` come from :func:`prmkit.generate.load.load_policy` (any backend); ``prm`` is any
 PRM (:class:`prmkit.models.base.PRM`) or a ready :class:`prmkit.models.incremental.PrefixScorer`.
 The problems of one call are searched in lockstep, so every generator call and every PRM pass
 holds the work of all of them (a backend batches it). A :class:`SearchResult` holds, per

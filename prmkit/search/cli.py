@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from prmkit.errors import PrmkitError
+from prmkit.models.load import open_prm
 
 
 def add_search(sub: Any) -> None:
@@ -80,19 +81,6 @@ def _first_line(doc: str | None) -> str:
     return " ".join((doc or "").split("\n\n")[0].split())
 
 
-def open_prm(name: str | None, step_format: str | None = None, dtype: str = "auto",
-             device: str = "cpu", token: str | None = None) -> Any:
-    """The PRM a search reads steps with: the default PRM, an HF model, or a remote one."""
-    from prmkit.cli import default_prm_path
-    from prmkit.models.hf import HFConfig, load_hf_prm
-    from prmkit.models.remote import RemotePRM, is_remote
-
-    model = name or default_prm_path()
-    if is_remote(model):
-        return RemotePRM(model, token=token)
-    return load_hf_prm(model, step_format, HFConfig(dtype=dtype, device=device))
-
-
 def _run_search(args: argparse.Namespace) -> int:
     from prmkit.generate.cli import default_chunk, load_policy, policy_options
     from prmkit.generate.run import read_problems
@@ -111,8 +99,10 @@ def _run_search(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    prm = open_prm(args.prm, args.prm_format, args.prm_dtype, args.prm_device or args.device,
-                   args.prm_token)
+    from prmkit.models.reading import HFConfig
+
+    prm = open_prm(args.prm, args.prm_token, args.prm_format,
+                   HFConfig(dtype=args.prm_dtype, device=args.prm_device or args.device))
     generator, prompter = load_policy(args.policy, **kwargs)
     summary = run_search(args.method, problems, generator, prompter, prm, args.output, config,
                          chunk=chunk, resume=not args.no_resume, policy=args.policy,

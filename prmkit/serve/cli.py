@@ -1,7 +1,7 @@
 """``prmkit serve``: the command-line layer over :mod:`prmkit.serve.app`.
 
 :func:`add_serve` registers the subcommand (``prmkit.cli.COMMANDS``). The model is opened
-exactly as ``prmkit score`` opens it (:func:`prmkit.cli._open_scorer`): the trained default PRM
+exactly as ``prmkit score`` opens it (:func:`prmkit.models.load.open_prm`): the trained default PRM
 without ``--model``, a default backbone name with ``--format``, or a model folder.
 """
 
@@ -19,7 +19,7 @@ from prmkit.errors import PrmkitError
 
 def add_serve(sub: Any) -> None:
     from prmkit.aggregate import AGGREGATES
-    from prmkit.cli import _Formatter
+    from prmkit.cliutil import Formatter, add_dtype_option
     from prmkit.serve.batcher import BatcherConfig
     from prmkit.serve.config import ServeConfig
     from prmkit.steps import RULES
@@ -40,7 +40,7 @@ def add_serve(sub: Any) -> None:
                                       subsequent_indent=" " * 20) for name, text in endpoints)
     p = sub.add_parser(
         "serve", help="serve a PRM over HTTP (reward server for RL trainers)",
-        formatter_class=_Formatter,
+        formatter_class=Formatter,
         description="Serve a PRM over HTTP with FastAPI and uvicorn.\n\n" + listing + "\n\n"
                     + textwrap.fill(
                         "Concurrent requests share forward passes (dynamic batching, up to "
@@ -59,8 +59,7 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help=helptext("host"))
     p.add_argument("--port", type=int, default=8000, help=helptext("port"))
     p.add_argument("--token", default=None, help=helptext("token"))
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="auto = bfloat16; float32 gives scores equal to offline float32 scoring")
+    add_dtype_option(p, help="auto = bfloat16; float32 gives scores equal to offline float32 scoring")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--max-length", type=int, default=None,
                    help="the model's maximum length in tokens (default: from its config)")
@@ -98,8 +97,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         reward=args.reward, graceful_timeout=args.graceful_timeout)
     if not all(importlib.util.find_spec(name) for name in ("fastapi", "uvicorn")):
         raise PrmkitError("prmkit serve needs FastAPI and uvicorn: pip install 'prmkit[serve]'")
-    from prmkit.cli import _open_scorer
-    from prmkit.models.hf import HFConfig
+    from prmkit.models.load import model_kind, open_prm
+    from prmkit.models.reading import HFConfig
     from prmkit.models.remote import is_remote
     from prmkit.serve.app import bind, create_app, uvicorn_server
 
@@ -114,7 +113,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     hf = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                   max_length=args.max_length, trust_remote_code=args.trust_remote_code)
-    prm, kind = _open_scorer(argparse.Namespace(model=args.model, format=args.format, token=None), hf)
+    prm, kind = open_prm(args.model, None, args.format, hf), model_kind(args.model)
     model_name = args.model or "prmkit-default-prm"
     app = create_app(prm, config, model_name, prm.format.name, kind)
     where = f"http://[{config.host}]:{config.port}" if ":" in config.host else \

@@ -1,8 +1,9 @@
 """Training process and outcome reward models.
 
 ``prm.py`` trains a PRM (cross-entropy on step labels read at the end of each step through the
-shared step format); ``orm.py`` trains an outcome model for comparison; ``loop.py`` holds what
-both share: choosing the trainable parameters, batching, the optimiser loop with validation,
-best/last checkpoints, metrics and resume; ``modeldir.py`` writes and reads trained model
-folders.
+shared step format), ``orm.py`` an outcome model for comparison, ``implicit.py`` a PRM from
+outcome labels only; each owns its objective. ``loop.py`` holds the optimiser loop they share
+(trainable parameters, batching, validation, best/last checkpoints, metrics and resume) and
+``common.py`` their shared config and helpers; ``prmkit/models/folder.py`` writes and reads
+trained model folders.
 """

@@ -93,9 +93,10 @@ def _run_select_for_labeling(args: argparse.Namespace) -> int:
     records = read_records(args.input)
     todo = [r for r in records if r.step_scores is None]
     if todo and args.model:
-        from prmkit.models.hf import HFConfig, load_hf_prm
+        from prmkit.models.load import load_prm
+        from prmkit.models.reading import HFConfig
 
-        prm = load_hf_prm(args.model, args.format, HFConfig(dtype=args.dtype))
+        prm = load_prm(args.model, args.format, HFConfig(dtype=args.dtype))
         for r, s in zip(todo, prm.score([r.problem for r in todo], [r.steps for r in todo])):
             r.step_scores = s
     chosen = convincing_wrong(records, args.k, args.by, args.per_problem)

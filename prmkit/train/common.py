@@ -15,7 +15,8 @@ from typing import Any, Callable, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.models.reading import TRAIN_DTYPES
 from prmkit.stepformat import StepFormat, get_format
-from prmkit.train import modeldir
+from prmkit.models import folder as modeldir
+from prmkit.models.folder import resolve_model_path
 from prmkit.train.loop import Example, LoopConfig, trainable_names
 
 HEADS = ("class", "label-tokens")
@@ -76,8 +77,6 @@ def load_base(cfg: Any, fmt: StepFormat) -> tuple[Any, Any]:
     import torch
     from transformers import AutoTokenizer
 
-    from prmkit.models.hf import resolve_model_path
-
     path = resolve_model_path(cfg.base)
     torch.manual_seed(cfg.loop.seed)  # the new head's initialisation
     model, _ = modeldir.load_model(path, modeldir.architecture_of(fmt.reading),
@@ -100,7 +99,7 @@ def read_logits(reader: Any, seqs: Sequence[Example], pad: int, drop_mask: bool,
     (the mask dropped when ``drop_mask``: exact for a causal model with right padding)."""
     import torch
 
-    from prmkit.models.hf import pad_right
+    from prmkit.models.reading import pad_right
 
     ids, mask = pad_right([e.input_ids for e in seqs], pad)
     rows = torch.tensor([b for b, e in enumerate(seqs) for _ in e.read_positions])

@@ -39,7 +39,8 @@ from typing import Any, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.records import Record, read_records
 from prmkit.stepformat import BoundFormat, StepFormat
-from prmkit.train import modeldir, orm
+from prmkit.models import folder as modeldir
+from prmkit.train import orm
 from prmkit.train.common import TrainConfig, auc, load_base, make_saver, pad_id
 from prmkit.train.loop import Example, Loop, set_trainable
 
@@ -123,7 +124,7 @@ class ImplicitObjective:
         """Sum of log pi over each sequence's response tokens (with gradients if enabled)."""
         import torch
 
-        from prmkit.models.hf import pad_right
+        from prmkit.models.reading import pad_right
         from prmkit.models.implicit import token_logps
 
         ids, _ = pad_right([e.input_ids for e in seqs], self.pad_id)
@@ -137,7 +138,7 @@ class ImplicitObjective:
         import torch
         from tqdm import tqdm
 
-        from prmkit.models.hf import token_budget_batches
+        from prmkit.models.reading import token_budget_batches
 
         seqs = [s for e in examples for s in ([e, e.rejected] if e.rejected else [e])]
         device = next(self.model.parameters()).device
@@ -185,7 +186,7 @@ def validate_implicit(prm: Any, records: Sequence[Record]) -> dict[str, float]:
 
 def train_implicit(cfg: ImplicitTrainConfig) -> list[dict[str, Any]]:
     """Train; returns the validation history (also in ``OUTPUT/metrics.jsonl``)."""
-    from prmkit.models.hf import HFConfig
+    from prmkit.models.reading import HFConfig
     from prmkit.models.implicit import ImplicitPRM, implicit_format, make_reference
 
     fmt: StepFormat = implicit_format(cfg.format)

@@ -159,11 +159,11 @@ def training_batches(lengths: Sequence[int], budget: int, seed: int,
                      bucket: int = BUCKET) -> list[list[int]]:
     """Indices in batches of mixed examples: a seeded shuffle cut into chunks of ``bucket``,
     each chunk sorted by length and packed under ``budget`` tokens (batch size x longest, as
-    :func:`prmkit.models.hf.token_budget_batches` counts; a longer sequence goes alone).
+    :func:`prmkit.models.reading.token_budget_batches` counts; a longer sequence goes alone).
 
     Neighbours in the input (a problem's candidates) land in different batches; within a
     chunk, sequences of like length share a batch, so padding stays small."""
-    from prmkit.models.hf import token_budget_batches
+    from prmkit.models.reading import token_budget_batches
 
     order = list(range(len(lengths)))
     random.Random(seed).shuffle(order)

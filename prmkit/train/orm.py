@@ -124,7 +124,8 @@ def pair_examples(records: Sequence[Record], bound: BoundFormat, max_length: int
 
 
 def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
-    from prmkit.models.hf import HFConfig, HFPRM, Reader
+    from prmkit.models.load import wrap_model
+    from prmkit.models.reading import HFConfig, Reader
 
     fmt = training_format(cfg.format, cfg.head)
     train_records = read_records(cfg.data)
@@ -146,7 +147,7 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
     def evaluate(m: Any) -> dict[str, float]:
         if not dev:
             return {}
-        prm = HFPRM(m, tokenizer, fmt, HFConfig(dtype="float32", max_length=cfg.max_length))
+        prm = wrap_model(m, tokenizer, fmt, HFConfig(dtype="float32", max_length=cfg.max_length))
         scores = prm.score([r.problem for r in dev], [r.steps for r in dev])
         a = auc([float(bool(r.is_correct)) for r in dev], [s[-1] if s[-1] is not None else 0.0
                                                            for s in scores])

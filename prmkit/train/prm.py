@@ -6,7 +6,7 @@ trained against [p, 1-p]; the " ки" tag read as "+"/"-" label tokens); Zhang e
 "The Lessons of Developing Process Reward Models" (Qwen2.5-Math-PRM, a 2-class head).
 
 Everything goes through the step format (:mod:`prmkit.stepformat`): the trainer encodes each
-(problem, steps) with it and computes the loss with :class:`prmkit.models.hf.Reader` at the read
+(problem, steps) with it and computes the loss with :class:`prmkit.models.reading.Reader` at the read
 positions it returns, the same reader that ``prmkit score`` uses. Unlabelled (null) steps are
 masked. A solution longer than ``max_length`` is cut, and only the steps whose read position
 still fits are trained: step k's target is always at step k's position, whatever the cut.
@@ -171,7 +171,8 @@ def validate(prm: Any, records: Sequence[Record]) -> dict[str, float]:
 
 def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
     """Train; returns the validation history (also in ``OUTPUT/metrics.jsonl``)."""
-    from prmkit.models.hf import HFConfig, HFPRM, Reader
+    from prmkit.models.load import wrap_model
+    from prmkit.models.reading import HFConfig, Reader
 
     fmt = training_format(cfg.format, cfg.head)
     train_records = read_records(cfg.data)
@@ -193,7 +194,7 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
     def evaluate(m: Any) -> dict[str, float]:
         if not dev_records:
             return {}
-        prm = HFPRM(m, tokenizer, fmt, HFConfig(dtype="float32", max_length=cfg.max_length))
+        prm = wrap_model(m, tokenizer, fmt, HFConfig(dtype="float32", max_length=cfg.max_length))
         out = validate(prm, dev_records)
         out.setdefault(fitness, float("-inf"))
         return out

@@ -1,4 +1,5 @@
-"""Trained model folders: everything needed to use a model, and nothing unsafe.
+"""Model folders: finding a model by name, the step format stored in a folder, its kind, and the
+trained folders prmkit writes (everything needed to use a model, and nothing unsafe).
 
 A folder holds the tokenizer, ``prmkit_format.json`` (its step format), ``README.md`` (the model
 card: data, command, measured metrics), ``prmkit_train.json`` (the training config and kind,
@@ -19,6 +20,7 @@ import os
 from typing import Any
 
 from prmkit.errors import PrmkitError
+from prmkit.stepformat import FORMAT_FILE, StepFormat, get_format
 
 BASE_FILE = "prmkit_base.json"
 DELTA_FILE = "prmkit_delta.safetensors"
@@ -52,16 +54,13 @@ def load_delta(path: str, dtype: Any) -> Any:
     """Base model + the trained tensors of a delta folder."""
     from safetensors.torch import load_file
 
-    from prmkit.models.hf import resolve_model_path
-
     with open(os.path.join(path, BASE_FILE), encoding="utf-8") as f:
         info = json.load(f)
     if info.get("architecture") not in ARCHITECTURES:
         raise PrmkitError(f"{path}/{BASE_FILE}: field 'architecture' must be one of "
                           f"{', '.join(ARCHITECTURES)}")
     base = info["base"]
-    relative = os.path.join(path, base)  # a base folder may sit beside the delta
-    base_path = resolve_model_path(relative if os.path.isdir(relative) else base)
+    base_path = base_of(path, base)
     model, _ = load_model(base_path, info["architecture"], info.get("num_labels"), dtype)
     delta = load_file(os.path.join(path, DELTA_FILE))
     own = model.state_dict()
@@ -92,6 +91,7 @@ def save_delta(path: str, model: Any, names: list[str], base: str, architecture:
 
 
 def read_train_info(path: str) -> dict[str, Any]:
+    """``prmkit_train.json`` of a trained folder ({} for any other folder)."""
     p = os.path.join(path, TRAIN_FILE)
     if not os.path.isfile(p):
         return {}
@@ -102,3 +102,50 @@ def read_train_info(path: str) -> dict[str, Any]:
 def write_card(path: str, title: str, lines: list[str]) -> None:
     with open(os.path.join(path, "README.md"), "w", encoding="utf-8") as f:
         f.write(f"# {title}\n\n" + "\n".join(lines) + "\n")
+
+
+def kind_of(model: str) -> str:
+    """What a model folder holds: prm, orm or implicit-prm (a folder prmkit did not train, or a
+    name that is not a folder, is a prm)."""
+    if not os.path.isdir(model):
+        return "prm"
+    return read_train_info(resolve_model_path(model)).get("kind", "prm")
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """A default model name (see prmkit.models.pypi), a local folder, or a hub id."""
+    from prmkit.models.pypi import DEFAULT_MODELS, resolve
+
+    if name_or_path in DEFAULT_MODELS:
+        return resolve(name_or_path)
+    if os.path.isdir(name_or_path):
+        if not (os.path.isfile(os.path.join(name_or_path, "config.json")) or is_delta(name_or_path)):
+            raise PrmkitError(f"{name_or_path}: not a model folder (no config.json)")
+        return name_or_path
+    looks_like_hub_id = name_or_path.count("/") == 1 and not name_or_path.startswith((".", "/", "~"))
+    if looks_like_hub_id and not os.path.exists(name_or_path):
+        return name_or_path
+    raise PrmkitError(f"model {name_or_path!r}: no such folder (default models: "
+                      f"{', '.join(DEFAULT_MODELS)})")
+
+
+def base_of(path: str, base: str) -> str:
+    """The base model that the trained folder ``path`` names: a folder beside it (relative to
+    ``path``) when there is one, else a default model name, a folder or a hub id."""
+    relative = os.path.join(path, base)
+    return resolve_model_path(relative if os.path.isdir(relative) else base)
+
+
+def folder_format(model: str, path: str, step_format: str | StepFormat | None,
+                  presets: str = "(qwen-prm, trl, prmkit, ...)") -> StepFormat:
+    """The step format given, or else the one saved in the folder (``prmkit_format.json``);
+    without either, an error naming ``presets`` to choose from."""
+    if isinstance(step_format, StepFormat):
+        return step_format
+    if step_format is None:
+        saved = os.path.join(path, FORMAT_FILE)
+        if not os.path.isfile(saved):
+            raise PrmkitError(f"model {model!r} has no {FORMAT_FILE}: say which step format it "
+                              f"reads {presets}")
+        step_format = saved
+    return get_format(step_format)

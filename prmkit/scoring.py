@@ -1,0 +1,107 @@
+"""Scoring records with a PRM, resumably: what ``prmkit score``, ``prmkit eval`` and the
+real-data demo share.
+
+:func:`score_records` sets ``step_scores`` (or, for an outcome model, ``meta.outcome_score``) on
+every record. With an output file the scored records are written as they finish to
+``OUT.partial`` and an interrupted run resumes there: a record already in the partial file with
+the same steps is not scored again. The PRM can be given as a function that opens it, called
+only when something is left to score (so a finished run loads no model), and before any output.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from prmkit.errors import PrmkitError
+from prmkit.records import Record, ResumableWriter
+
+
+@dataclass
+class ScoreResult:
+    """What a scoring run did: the PRM it used (None when nothing was left to score), how many
+    records were resumed from the partial file, and how many solutions were cut."""
+
+    prm: Any
+    resumed: int
+    truncated: int
+
+
+def _restore(rec: Record, row: dict[str, Any] | None, kind: str) -> bool:
+    """Take a finished row's scores onto ``rec``; False when the row does not belong to it."""
+    if row is None or row.get("steps") != rec.steps:
+        return False
+    if kind == "orm":
+        value = (row.get("meta") or {}).get("outcome_score")
+        if value is None:
+            return False
+        rec.meta["outcome_score"] = value
+        return True
+    if row.get("step_scores") is None:
+        return False
+    rec.step_scores = row["step_scores"]
+    return True
+
+
+def score_records(records: Sequence[Record], prm: Any, out: str | None = None, resume: bool = True,
+                  *, kind: str = "prm", per_prefix: bool = False, chunk: int | None = 64,
+                  desc: str = "score") -> ScoreResult:
+    """Score ``records`` with ``prm`` (a PRM, or a function returning one), writing them to
+    ``out`` as they finish when given.
+
+    ``kind`` ``orm`` writes the score of a solution's end to ``meta.outcome_score``;
+    ``per_prefix`` uses the slow reference scoring. Records are scored ``chunk`` at a time,
+    longest first; with ``chunk=None`` a PRM's ``score_iter`` streams every batch as it ends.
+    """
+    from tqdm import tqdm
+
+    if chunk is not None and chunk < 1:
+        raise PrmkitError(f"--chunk must be positive, got {chunk}")
+    done: dict[str, dict[str, Any]] = {}
+    if out and resume and os.path.exists(out + ".partial"):
+        done = ResumableWriter(out).done_rows()  # only reads what is finished
+    todo = [r for r in records if not _restore(r, done.get(r.id), kind)]
+    if callable(prm) and not hasattr(prm, "score"):
+        prm = prm() if todo else None  # opened before any output
+    writer = ResumableWriter(out, resume=resume) if out else None
+    if len(todo) < len(records):
+        print(f"resuming: {len(records) - len(todo)} of {len(records)} records already scored"
+              f" in {out}.partial", file=sys.stderr)
+    with tqdm(total=len(records), initial=len(records) - len(todo), desc=desc, unit="rec",
+              disable=None) as bar:
+        for rec, scores in _scored(prm, todo, per_prefix, chunk):
+            if kind == "orm":  # one score for the whole solution, read at its end
+                rec.meta["outcome_score"] = scores[-1]
+            else:
+                rec.step_scores = scores
+            if writer is not None:
+                writer.write(rec)
+            bar.update(1)
+    if writer is not None:
+        writer.close(order=[r.id for r in records])
+    truncated = prm.stats.truncated_solutions if prm is not None else 0
+    if truncated:
+        print(f"warning: {truncated} solutions were longer than the model allows; their last "
+              f"steps have null scores", file=sys.stderr)
+    return ScoreResult(prm, len(records) - len(todo), truncated)
+
+
+def _scored(prm: Any, todo: list[Record], per_prefix: bool, chunk: int | None) -> Any:
+    """(record, scores) as they finish."""
+    if not todo:
+        return
+    if chunk is None and not per_prefix and hasattr(prm, "score_iter"):
+        # batches come back as they finish (longest first); each is written at once
+        for i, scores in prm.score_iter([r.problem for r in todo], [r.steps for r in todo]):
+            yield todo[i], scores
+        return
+    # longest first across the whole file, so batches are tight; written chunk by chunk
+    order = sorted(todo, key=lambda r: -sum(len(s) for s in r.steps) - len(r.problem))
+    step = chunk or len(order)
+    for start in range(0, len(order), step):
+        part = order[start:start + step]
+        problems, steps = [r.problem for r in part], [r.steps for r in part]
+        score: Callable[..., Any] = prm.score_per_prefix if per_prefix else prm.score
+        yield from zip(part, score(problems, steps))
