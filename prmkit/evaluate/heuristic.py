@@ -17,7 +17,7 @@ It is fitted by Newton's method (iteratively reweighted least squares) on every 
 (labels >= 0.5 count as correct; unlabelled steps, such as those after ProcessBench's first
 error, are left out), with an L2 penalty of ``l2`` on the weights (not on the bias). Its first
 error threshold is then tuned on the same training records with
-:func:`prmkit.evaluate.processbench.calibrate_threshold`.
+:func:`prmkit.evaluate.threshold.calibrate_threshold`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from prmkit.errors import PrmkitError
+from prmkit.evaluate.threshold import calibrate_threshold
 from prmkit.records import Record, first_error_from_labels
 
 FEATURES = ("step_index", "relative_position", "log_step_chars", "log_num_steps")
@@ -90,8 +91,6 @@ class PositionLengthPRM:
 
 def fit(records: Sequence[Record], l2: float = 1.0) -> PositionLengthPRM:
     """Fit the heuristic on records with ``labels`` or ``first_error``, and tune its threshold."""
-    from prmkit.evaluate.processbench import calibrate_threshold
-
     xs, ys = [], []
     for r in records:
         labels = r.labels_or_first_error()

@@ -33,7 +33,7 @@ from prmkit.formats.common import build, extras, get
 from prmkit.records import Record, iter_jsonl, write_jsonl
 
 if TYPE_CHECKING:
-    from prmkit.formats import ConvertOptions
+    from prmkit.formats.options import ConvertOptions
 
 HELP = ("GSM8K, JSONL: question, answer (reasoning lines, then '#### N'). Steps = the "
         "non-empty lines before '####' (calculator annotations <<a*b=c>> kept unless "

@@ -31,7 +31,7 @@ from prmkit.records import Record, iter_jsonl, write_jsonl
 from prmkit.steps import join_steps, split_steps
 
 if TYPE_CHECKING:
-    from prmkit.formats import ConvertOptions
+    from prmkit.formats.options import ConvertOptions
 
 HELP = ("MATH / MATH-500, JSONL: problem, solution, answer, and level, subject, unique_id "
         "(kept in meta). Steps = the solution's paragraphs (blank-line separated) if it has "

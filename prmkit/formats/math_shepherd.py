@@ -46,7 +46,7 @@ from prmkit.formats.common import build, extras, get, hard_label
 from prmkit.records import Record, kind_name, iter_jsonl, write_jsonl
 
 if TYPE_CHECKING:
-    from prmkit.formats import ConvertOptions
+    from prmkit.formats.options import ConvertOptions
 
 HELP = ("Math-Shepherd / OpenRLHF, JSONL: input (question, then steps each ending in the tag "
         "' ки', one per line), label (the same text with each tag replaced by + or -, or a list "

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 from prmkit.records import Record, iter_records, write_records
 
 if TYPE_CHECKING:
-    from prmkit.formats import ConvertOptions
+    from prmkit.formats.options import ConvertOptions
 
 HELP = ("prmkit records, JSONL: id, problem, steps (list of strings), and optional labels "
         "(per step, 0..1 or null), first_error (0-based, -1 = all correct), answer, reference, "

@@ -57,7 +57,7 @@ from prmkit.formats.common import build, extras, get, peek, warn_skipped
 from prmkit.records import Record, iter_jsonl, write_jsonl
 
 if TYPE_CHECKING:
-    from prmkit.formats import ConvertOptions
+    from prmkit.formats.options import ConvertOptions
 
 HELP = ("PRM800K, raw nested JSONL (question{problem, ground_truth_answer}, label{steps["
         "{completions[{text, rating}], human_completion, chosen_completion}], finish_reason}) "

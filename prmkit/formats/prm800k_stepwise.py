@@ -54,7 +54,7 @@ from prmkit.errors import PrmkitError, RecordError
 from prmkit.formats.common import build, require_pyarrow, warn_skipped
 
 if TYPE_CHECKING:
-    from prmkit.formats import ConvertOptions
+    from prmkit.formats.options import ConvertOptions
     from prmkit.records import Record
 
 REQUIRED = ("instruction", "responses", "next_response", "is_preferred_response", "rating")

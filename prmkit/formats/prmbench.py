@@ -42,7 +42,7 @@ from prmkit.formats.common import build, extras, get, string_list
 from prmkit.records import Record, kind_name, iter_jsonl, write_jsonl
 
 if TYPE_CHECKING:
-    from prmkit.formats import ConvertOptions
+    from prmkit.formats.options import ConvertOptions
 
 HELP = ("PRMBench, JSONL: idx, question, modified_question, modified_process (the steps; "
         "original_process is never used as steps, only kept in meta), error_steps and "

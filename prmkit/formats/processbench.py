@@ -33,7 +33,7 @@ from prmkit.records import (Record, atomic_output, first_error_from_labels, iter
                             labels_from_first_error, write_jsonl)
 
 if TYPE_CHECKING:
-    from prmkit.formats import ConvertOptions
+    from prmkit.formats.options import ConvertOptions
 
 HELP = ("ProcessBench, a JSON list (as shipped) or JSONL: id, generator, problem, steps, "
         "final_answer_correct, label (0-based index of the first wrong step, -1 = all "

@@ -29,7 +29,7 @@ from prmkit.formats.common import build, extras, get, hard_label
 from prmkit.records import Record, iter_jsonl, write_jsonl
 
 if TYPE_CHECKING:
-    from prmkit.formats import ConvertOptions
+    from prmkit.formats.options import ConvertOptions
 
 HELP = ("TRL stepwise supervision, JSONL: prompt, completions (the steps), labels (one true/false "
         "per step); id kept if present, else trl-N (N = line - 1); other fields go to meta. "

@@ -128,7 +128,7 @@ class RemotePRM:
         self.format_name: str | None = None
         self.stats = RemoteStats()
         host = urllib.parse.urlsplit(url).hostname or ""
-        handlers = [urllib.request.ProxyHandler({})] if _is_loopback(host) else []
+        handlers = [urllib.request.ProxyHandler({})] if is_loopback(host) else []
         self._opener = urllib.request.build_opener(*handlers)
 
     # -- the protocol -----------------------------------------------------------------------
@@ -333,7 +333,7 @@ def _retry_after(value: str | None, cap: float) -> float | None:
     return min(max(seconds, 0.0), cap)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host in ("localhost", "localhost.localdomain"):
         return True
     try:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from prmkit.aggregate import AGGREGATES
 from prmkit.errors import PrmkitError
-from prmkit.models.remote import _is_loopback
+from prmkit.models.remote import is_loopback as is_loopback_address
 from prmkit.serve.batcher import BatcherConfig
 from prmkit.steps import RULES
 
@@ -21,7 +21,7 @@ TOKEN_ENV = "PRMKIT_SERVE_TOKEN"
 def is_loopback(host: str) -> bool:
     """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1); False for anything
     else, including ``0.0.0.0`` and host names (they may resolve to a public interface)."""
-    return _is_loopback(host.strip().strip("[]").lower())
+    return is_loopback_address(host.strip().strip("[]").lower())
 
 
 @dataclass
