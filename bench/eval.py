@@ -27,15 +27,15 @@ import time
 import numpy as np
 
 from prmkit import select
-from prmkit.demo import gsm8k_candidates
+from prmkit.realdata import gsm8k_candidates
 from prmkit.evaluate import bestofn, heuristic
 from prmkit.evaluate import processbench as pb
 from prmkit.evaluate.common import pct, print_table
 from prmkit.report import build
+from prmkit.shareddata import shared_data_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.environ.get("PRMKIT_SHARED_DATA",
-                      os.path.join(os.path.dirname(os.path.dirname(HERE)), "shared", "data"))
+DATA = shared_data_dir()
 
 
 def processbench_baselines() -> None:

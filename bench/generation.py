@@ -26,9 +26,10 @@ import json
 import os
 import time
 
+from prmkit.shareddata import shared_data_dir
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.environ.get("PRMKIT_SHARED_DATA",
-                      os.path.join(os.path.dirname(os.path.dirname(HERE)), "shared", "data"))
+DATA = shared_data_dir()
 FALLBACK = ["Tom has 3 boxes with 4 apples in each box. He eats 2 apples. How many are left?",
             "A train travels 60 miles per hour for 3 hours. How far does it go?",
             "Sara buys 5 pens at $2 each and a book for $7. How much does she spend?",

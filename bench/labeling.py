@@ -35,9 +35,10 @@ import os
 import sys
 import time
 
+from prmkit.shareddata import shared_data_dir
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.environ.get("PRMKIT_SHARED_DATA",
-                      os.path.join(os.path.dirname(os.path.dirname(HERE)), "shared", "data"))
+DATA = shared_data_dir()
 
 
 def lab_solutions(args):

@@ -30,10 +30,10 @@ import time
 import torch
 
 from prmkit.models.hf import HFConfig, load_hf_prm, pad_right
+from prmkit.shareddata import shared_data_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_DATA = os.environ.get("PRMKIT_SHARED_DATA",
-                              os.path.join(os.path.dirname(os.path.dirname(HERE)), "shared", "data"))
+DEFAULT_DATA = shared_data_dir()
 
 
 def load(data: str, limit: int | None) -> tuple[list[str], list[list[str]]]:

@@ -41,10 +41,10 @@ from prmkit.models.remote import RemotePRM
 from prmkit.serve.app import ServerThread, create_app
 from prmkit.serve.batcher import BatcherConfig
 from prmkit.serve.config import ServeConfig
+from prmkit.shareddata import shared_data_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_DATA = os.environ.get("PRMKIT_SHARED_DATA",
-                              os.path.join(os.path.dirname(os.path.dirname(HERE)), "shared", "data"))
+DEFAULT_DATA = shared_data_dir()
 FIELDS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
 
 

@@ -75,11 +75,11 @@ from prmkit.records import Record, write_records  # noqa: E402
 from prmkit.models import folder as modeldir  # noqa: E402
 from prmkit.train.loop import Loop, LoopConfig, set_trainable, trainable_names  # noqa: E402
 from prmkit.train.prm import PRMTrainConfig, make_saver, step_examples, training_format, validate  # noqa: E402
+from prmkit.shareddata import shared_data_dir  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-DEFAULT_DATA = os.environ.get("PRMKIT_SHARED_DATA",
-                              os.path.join(os.path.dirname(ROOT), "shared", "data"))
+DEFAULT_DATA = shared_data_dir()
 PRM800K = "prm800k_stepwise_critic/phase1_{}.stepwise-critic.parquet"
 
 

@@ -206,9 +206,9 @@ def _add_demo(sub: Any) -> None:
 
 def _run_demo(args: argparse.Namespace) -> int:
     if args.real_data:
-        from prmkit import demo
+        from prmkit import realdata
 
-        return demo.run(args.data, args.output, args.score_n, args.bon_problems)
+        return realdata.run(args.data, args.output, args.score_n, args.bon_problems)
     from prmkit.lab import demo as lab_demo
 
     return lab_demo.run(lab_demo.config_from(args))

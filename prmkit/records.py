@@ -1,6 +1,6 @@
 """The canonical record, and reading and writing it as JSONL.
 
-One JSON object per line. The fields are fixed (see DESIGN.md):
+One JSON object per line. The fields are fixed (see ARCHITECTURE.md, "Records"):
 
     id, problem, steps, labels, first_error, answer, reference, is_correct, group,
     step_scores, meta

@@ -43,8 +43,9 @@ from prmkit.records import Record, write_records  # noqa: E402
 from prmkit.train.loop import LoopConfig  # noqa: E402
 from prmkit.train.orm import ORMTrainConfig, train_orm  # noqa: E402
 from prmkit.train.prm import PRMTrainConfig, auc, first_error_f1, train_prm, training_format  # noqa: E402
+from prmkit.shareddata import shared_data_dir  # noqa: E402
 
-DATA = os.environ.get("PRMKIT_SHARED_DATA", os.path.join(os.path.dirname(ROOT), "shared", "data"))
+DATA = shared_data_dir()
 TARGET = os.path.join(ROOT, "prmkit", "models", "default_prm")
 
 

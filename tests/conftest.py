@@ -4,10 +4,11 @@ from pathlib import Path
 
 import pytest
 
+from prmkit.shareddata import shared_data_dir
+
 sys.path.insert(0, os.path.dirname(__file__))  # tests/tiny.py
 
-DATA = Path(os.environ.get("PRMKIT_SHARED_DATA",
-                           Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+DATA = Path(shared_data_dir())
 
 
 @pytest.fixture

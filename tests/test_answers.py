@@ -13,9 +13,9 @@ import pytest
 
 from prmkit import answers
 from prmkit.answers import answer_key, extract_answer, is_equivalent, normalize
+from prmkit.shareddata import shared_data_dir
 
-DATA = Path(os.environ.get("PRMKIT_SHARED_DATA",
-                           Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+DATA = Path(shared_data_dir())
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared data not found")
 
 

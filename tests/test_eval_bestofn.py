@@ -47,7 +47,7 @@ def test_choice_equals_select_on_every_subset(method):
 
 
 def test_oracle_on_gsm8k_equals_any_correct(shared_data, tmp_path, capsys):
-    from prmkit.demo import gsm8k_candidates
+    from prmkit.realdata import gsm8k_candidates
     from prmkit.records import write_records
 
     recs = gsm8k_candidates(str(shared_data / "gsm8k" / "example_model_solutions.jsonl"))

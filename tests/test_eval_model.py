@@ -103,7 +103,7 @@ def test_default_model_on_processbench_gsm8k(shared_data, tmp_path, capsys):
 @pytest.mark.slow
 def test_default_model_bestofn_on_gsm8k(shared_data, tmp_path):
     """The acceptance run, on the first 60 GSM8K test problems (240 candidates)."""
-    from prmkit.demo import gsm8k_candidates
+    from prmkit.realdata import gsm8k_candidates
     from prmkit.records import write_records
 
     recs = [r for r in gsm8k_candidates(str(shared_data / "gsm8k" / "example_model_solutions.jsonl"))

@@ -15,9 +15,9 @@ from prmkit import formats
 from prmkit.errors import PrmkitError, RecordError
 from prmkit.formats import FORMAT_HELP, FORMAT_NAMES, ConvertOptions
 from prmkit.records import Record
+from prmkit.shareddata import shared_data_dir
 
-DATA = Path(os.environ.get("PRMKIT_SHARED_DATA")
-            or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+DATA = Path(shared_data_dir())
 needs_data = pytest.mark.skipif(not DATA.exists(), reason=f"no shared data at {DATA}")
 
 

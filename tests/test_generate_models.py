@@ -1,4 +1,4 @@
-"""Real policy models from PyPI (DESIGN.md, "Models on these machines").
+"""Real policy models from PyPI (ARCHITECTURE.md, "Models on these machines").
 
 The default run has one short test: SmolLM2 continuing a solution by one step on the HF
 backend. The llama.cpp backend (skipped unless `make llamacpp` built llama-cpp-python), Gemma 3

@@ -1,7 +1,7 @@
 """The canonical record: validation, label rules, reading and writing JSONL, resuming.
 
 Every expectation is worked by hand; error tests check that the message names the field (and,
-when reading a file, the file and the line), as DESIGN.md asks.
+when reading a file, the file and the line), as ARCHITECTURE.md ("Records") asks.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ PROBLEMS = ["What is 2 + 3?", "Natalia sold clips to 48 of her friends in April.
 STEPS = [["2 + 3 = 5.", "The answer is 5."],
          ["She sold half as many in May.", "48 / 2 = 24.", "48 + 24 = 72.", "\\boxed{72}"],
          ["Then 3p + e = 124."]]
-TOL = 1e-5  # float32; the batch makeup moves scores by ~1e-7 (DESIGN.md, Numerics)
+TOL = 1e-5  # float32; the batch makeup moves scores by ~1e-7 (ARCHITECTURE.md, "Numerics")
 
 
 def tiny_prm(fmt: str = "math-shepherd") -> HFPRM:

@@ -11,9 +11,9 @@ import pytest
 
 from prmkit.errors import PrmkitError
 from prmkit.steps import RULES, count_markers, detect_rule, join_steps, separator, split_steps
+from prmkit.shareddata import shared_data_dir
 
-DATA = Path(os.environ.get("PRMKIT_SHARED_DATA",
-                           Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+DATA = Path(shared_data_dir())
 CONCRETE = ("blank-lines", "lines", "step-markers")
 
 

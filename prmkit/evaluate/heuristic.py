@@ -1,6 +1,6 @@
 """A PRM that reads no text: step correctness guessed from step position and length alone.
 
-This is the floor a PRM must clear (DESIGN.md, "Contracts"). If a model cannot tell a wrong
+This is the floor a PRM must clear (ARCHITECTURE.md, "Contracts"). If a model cannot tell a wrong
 step from a right one better than "late steps and long steps are more often wrong", it has
 learned nothing about the mathematics.
 

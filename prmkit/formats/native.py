@@ -1,6 +1,6 @@
 """The prmkit record format itself: one JSON object per line with the fields of
 :class:`prmkit.records.Record` (id, problem, steps, labels, first_error, answer, reference,
-is_correct, group, step_scores, meta). See DESIGN.md, section "Records".
+is_correct, group, step_scores, meta). See ARCHITECTURE.md, section "Records".
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Model types, chosen by the step format's reading rule:
   Qwen2.5-Math-PRM's 2-class head, whose custom code needs ``trust_remote_code=True``).
 * ``value``: a one-logit head, read through a sigmoid.
 
-How it scores (DESIGN.md, "Contracts"):
+How it scores (ARCHITECTURE.md, "Contracts"):
 
 * every step of a solution is read in one forward pass (:meth:`HFPRM.score`); the slow reference
   :meth:`HFPRM.score_per_prefix` encodes each prefix separately and reads only its last step;

@@ -1,7 +1,7 @@
 """What every search method shares: the config, the compute account, tree nodes, expansion,
 and turning final candidates into records.
 
-The contract (DESIGN.md, "Contracts"): a search method is a function
+The contract (ARCHITECTURE.md, "Contracts"): a search method is a function
 
     method(problems, generator, prompter, prm, config) -> SearchResult
 

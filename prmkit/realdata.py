@@ -24,16 +24,9 @@ import time
 from prmkit import answers, formats, select
 from prmkit.errors import PrmkitError
 from prmkit.records import Record, iter_jsonl, write_records
+from prmkit.shareddata import shared_data_dir
 
 GSM8K_SOLVERS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
-
-
-def default_data_dir() -> str:
-    env = os.environ.get("PRMKIT_SHARED_DATA")
-    if env:
-        return env
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return os.path.join(os.path.dirname(here), "shared", "data")
 
 
 def gsm8k_candidates(path: str) -> list[Record]:
@@ -53,7 +46,7 @@ def gsm8k_candidates(path: str) -> list[Record]:
 
 
 def run(data: str | None, output: str, score_n: int = 16, bon_problems: int = 100) -> int:
-    data = data or default_data_dir()
+    data = data or shared_data_dir()
     if not os.path.isdir(data):
         raise PrmkitError(f"{data}: no shared data folder (pass --data DIR or set PRMKIT_SHARED_DATA)")
     os.makedirs(output, exist_ok=True)
