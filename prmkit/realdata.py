@@ -52,8 +52,30 @@ def run(data: str | None, output: str, score_n: int = 16, bon_problems: int = 10
     os.makedirs(output, exist_ok=True)
     rows: list[tuple[str, str]] = []
     t0 = time.time()
+    pb = _conversions(data, output, rows)
+    cands = _gsm8k_baselines(data, output, rows)
+    if score_n > 0:
+        _one_pass_vs_per_prefix(pb, score_n, output, rows)
+    from prmkit.models.pypi import DEFAULT_PRM_DIR
 
-    # 1. conversions
+    if bon_problems > 0 and os.path.isfile(os.path.join(DEFAULT_PRM_DIR, "prmkit_format.json")):
+        _best_of_4_with_the_default_prm(cands, bon_problems, output, rows)
+    elif bon_problems > 0:
+        rows.append(("best-of-4 with the default PRM", "skipped: no default PRM installed"))
+
+    width = max(len(k) for k, _ in rows)
+    print("\nprmkit demo: what was measured (data: " + data + ")")
+    for k, v in rows:
+        print(f"  {k.ljust(width)}  {v}")
+    print(f"files in {output}/; total {time.time() - t0:.0f} s on {os.cpu_count()} cores")
+    with open(os.path.join(output, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(dict(rows), f, indent=2)
+    sys.stdout.flush()
+    return 0
+
+
+def _conversions(data: str, output: str, rows: list[tuple[str, str]]) -> list[Record]:
+    """1. real PRM data converted to prmkit records; returns the ProcessBench dev records."""
     print("1. converting real PRM data to prmkit records", flush=True)
     pb: list[Record] = []
     for split in ("gsm8k", "math", "olympiadbench", "omnimath"):
@@ -70,8 +92,11 @@ def run(data: str | None, output: str, score_n: int = 16, bon_problems: int = 10
         write_records(os.path.join(output, f"{fmt}_sample.jsonl"), recs)
         labelled = sum(1 for r in recs for x in (r.labels or []) if x is not None)
         rows.append((f"{fmt} sample: records, labelled steps", f"{len(recs)}, {labelled}"))
+    return pb
 
-    # 2. best-of-4 baselines on GSM8K
+
+def _gsm8k_baselines(data: str, output: str, rows: list[tuple[str, str]]) -> list[Record]:
+    """2. best-of-4 baselines on GSM8K; returns the candidates."""
     print("2. best-of-4 on GSM8K test with the GSM8K paper's model solutions", flush=True)
     cands = gsm8k_candidates(os.path.join(data, "gsm8k", "example_model_solutions.jsonl"))
     write_records(os.path.join(output, "gsm8k_candidates.jsonl"), cands)
@@ -86,68 +111,60 @@ def run(data: str | None, output: str, score_n: int = 16, bon_problems: int = 10
                           ("oracle, pass@4", select.select(cands, "oracle"))):
         acc = select.accuracy(chosen)
         rows.append((f"GSM8K test, {n_groups} problems: {label}", f"{100 * acc:.1f}%"))
+    return cands
 
-    # 3. one-pass vs per-prefix scoring with the default model
-    if score_n > 0:
-        print(f"3. scoring {score_n} ProcessBench solutions with smollm2-135m (float32), "
-              f"one pass and per prefix", flush=True)
-        from prmkit.models.load import load_prm
-        from prmkit.models.reading import HFConfig
 
-        prm = load_prm("smollm2-135m", "math-shepherd", HFConfig(dtype="float32"))
-        sample = pb[:score_n]
-        problems, steps = [r.problem for r in sample], [r.steps for r in sample]
-        t = time.perf_counter()
-        one = prm.score(problems, steps)
-        t_one = time.perf_counter() - t
-        t = time.perf_counter()
-        pre = prm.score_per_prefix(problems, steps)
-        t_pre = time.perf_counter() - t
-        diff = max(abs(a - b) for x, y in zip(one, pre) for a, b in zip(x, y)
-                   if a is not None and b is not None)
-        for rec, s in zip(sample, one):
-            rec.step_scores = s
-        write_records(os.path.join(output, "processbench_scored_backbone.jsonl"), sample)
-        n_steps = sum(len(s) for s in steps)
-        rows.append((f"scoring {score_n} solutions / {n_steps} steps, float32: "
-                     f"max |one-pass - per-prefix|", f"{diff:.1e}"))
-        rows.append(("  one-pass speed over per-prefix speed", f"{t_pre / t_one:.1f}x "
-                     f"({t_one:.1f} s vs {t_pre:.1f} s)"))
+def _one_pass_vs_per_prefix(pb: list[Record], score_n: int, output: str,
+                            rows: list[tuple[str, str]]) -> None:
+    """3. one-pass against per-prefix scoring with the default model."""
+    print(f"3. scoring {score_n} ProcessBench solutions with smollm2-135m (float32), "
+          f"one pass and per prefix", flush=True)
+    from prmkit.models.load import load_prm
+    from prmkit.models.reading import HFConfig
 
-    # 4. best-of-4 with the default PRM
+    prm = load_prm("smollm2-135m", "math-shepherd", HFConfig(dtype="float32"))
+    sample = pb[:score_n]
+    problems, steps = [r.problem for r in sample], [r.steps for r in sample]
+    t = time.perf_counter()
+    one = prm.score(problems, steps)
+    t_one = time.perf_counter() - t
+    t = time.perf_counter()
+    pre = prm.score_per_prefix(problems, steps)
+    t_pre = time.perf_counter() - t
+    diff = max(abs(a - b) for x, y in zip(one, pre) for a, b in zip(x, y)
+               if a is not None and b is not None)
+    for rec, s in zip(sample, one):
+        rec.step_scores = s
+    write_records(os.path.join(output, "processbench_scored_backbone.jsonl"), sample)
+    n_steps = sum(len(s) for s in steps)
+    rows.append((f"scoring {score_n} solutions / {n_steps} steps, float32: "
+                 f"max |one-pass - per-prefix|", f"{diff:.1e}"))
+    rows.append(("  one-pass speed over per-prefix speed", f"{t_pre / t_one:.1f}x "
+                 f"({t_one:.1f} s vs {t_pre:.1f} s)"))
+
+
+def _best_of_4_with_the_default_prm(cands: list[Record], bon_problems: int, output: str,
+                                    rows: list[tuple[str, str]]) -> None:
+    """4. best-of-4 again, now also choosing by the default PRM."""
+    from prmkit.models.load import load_prm
     from prmkit.models.pypi import DEFAULT_PRM_DIR
+    from prmkit.models.reading import HFConfig
+    from prmkit.scoring import score_records
 
-    if bon_problems > 0 and os.path.isfile(os.path.join(DEFAULT_PRM_DIR, "prmkit_format.json")):
-        from prmkit.models.load import load_prm
-        from prmkit.models.reading import HFConfig
-        from prmkit.scoring import score_records
-
-        groups = sorted({c.group for c in cands}, key=lambda g: int(g.split("-")[1]))[:bon_problems]
-        keep = set(groups)
-        sub = [c for c in cands if c.group in keep]
-        print(f"4. best-of-4 on {len(groups)} GSM8K problems with the default PRM (bfloat16)",
-              flush=True)
-        prm = load_prm(DEFAULT_PRM_DIR, config=HFConfig(dtype="bfloat16"))
-        score_records(sub, prm, chunk=None, desc="best-of-4")
-        write_records(os.path.join(output, "gsm8k_candidates_scored.jsonl"), sub)
-        accs = {}
-        for method in ("majority", "prm-min", "prm-prod", "prm-last", "weighted-majority", "oracle"):
-            accs[method] = select.accuracy(select.select(sub, method))
-            rows.append((f"GSM8K, first {len(groups)} problems, best-of-4 by {method}",
-                         f"{100 * accs[method]:.1f}%"))
-        best_prm = max(accs[m] for m in ("prm-min", "prm-prod", "prm-last"))
-        rows.append(("  the default PRM beats majority voting here?",
-                     "yes" if best_prm > accs["majority"] else
-                     "NO: it is a small CPU-trained PRM (see its model card)"))
-    elif bon_problems > 0:
-        rows.append(("best-of-4 with the default PRM", "skipped: no default PRM installed"))
-
-    width = max(len(k) for k, _ in rows)
-    print("\nprmkit demo: what was measured (data: " + data + ")")
-    for k, v in rows:
-        print(f"  {k.ljust(width)}  {v}")
-    print(f"files in {output}/; total {time.time() - t0:.0f} s on {os.cpu_count()} cores")
-    with open(os.path.join(output, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(dict(rows), f, indent=2)
-    sys.stdout.flush()
-    return 0
+    groups = sorted({c.group for c in cands}, key=lambda g: int(g.split("-")[1]))[:bon_problems]
+    keep = set(groups)
+    sub = [c for c in cands if c.group in keep]
+    print(f"4. best-of-4 on {len(groups)} GSM8K problems with the default PRM (bfloat16)",
+          flush=True)
+    prm = load_prm(DEFAULT_PRM_DIR, config=HFConfig(dtype="bfloat16"))
+    score_records(sub, prm, chunk=None, desc="best-of-4")
+    write_records(os.path.join(output, "gsm8k_candidates_scored.jsonl"), sub)
+    accs = {}
+    for method in ("majority", "prm-min", "prm-prod", "prm-last", "weighted-majority", "oracle"):
+        accs[method] = select.accuracy(select.select(sub, method))
+        rows.append((f"GSM8K, first {len(groups)} problems, best-of-4 by {method}",
+                     f"{100 * accs[method]:.1f}%"))
+    best_prm = max(accs[m] for m in ("prm-min", "prm-prod", "prm-last"))
+    rows.append(("  the default PRM beats majority voting here?",
+                 "yes" if best_prm > accs["majority"] else
+                 "NO: it is a small CPU-trained PRM (see its model card)"))

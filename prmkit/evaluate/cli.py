@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any
 
-from prmkit.cliutil import Formatter
+from prmkit.cliutil import AGGREGATE_CHOICES, Formatter
 from prmkit.errors import PrmkitError
 
 
@@ -23,9 +23,6 @@ def _sub(sub: Any, name: str, help: str, doc: str | None, intro: str) -> argpars
 
 def add_eval(sub: Any) -> None:
     """Add ``prmkit eval`` and its four sub-commands to the top-level subparsers."""
-    from prmkit.evaluate import bestofn, prmbench, processbench, stepwise
-    from prmkit.evaluate.common import add_model_args
-
     p = sub.add_parser("eval", help="evaluate a PRM: ProcessBench, PRMBench, step metrics, "
                        "best-of-N curves", formatter_class=Formatter,
                        description="Evaluate a process reward model. Every evaluation writes "
@@ -34,8 +31,16 @@ def add_eval(sub: Any) -> None:
     evals = p.add_subparsers(dest="eval_command", metavar="BENCHMARK",
                              help="run `prmkit eval BENCHMARK --help` for its options")
     p.set_defaults(run=lambda args: _missing(p))
+    _add_processbench(evals)
+    _add_prmbench(evals)
+    _add_steps(evals)
+    _add_bestofn(evals)
 
-    # processbench
+
+def _add_processbench(evals: Any) -> None:
+    from prmkit.evaluate import processbench
+    from prmkit.evaluate.common import add_model_args
+
     q = _sub(evals, "processbench", "first-error identification (ProcessBench)",
              processbench.__doc__, "Score ProcessBench solutions with a PRM (or read predictions "
              "made elsewhere) and report error_acc, correct_acc and F1 per split. Beside the "
@@ -67,7 +72,11 @@ def add_eval(sub: Any) -> None:
     q.add_argument("--output", required=True, help="results JSON")
     q.set_defaults(run=_run_processbench)
 
-    # prmbench
+
+def _add_prmbench(evals: Any) -> None:
+    from prmkit.evaluate import prmbench
+    from prmkit.evaluate.common import add_model_args
+
     q = _sub(evals, "prmbench", "step-level error detection per category (PRMBench)",
              prmbench.__doc__, "Score PRMBench solutions (modified_process only) and report "
              "PRMScore per error category, per group and overall, exactly as PRMBench defines "
@@ -85,7 +94,10 @@ def add_eval(sub: Any) -> None:
     q.add_argument("--output", required=True, help="results JSON")
     q.set_defaults(run=_run_prmbench)
 
-    # steps
+
+def _add_steps(evals: Any) -> None:
+    from prmkit.evaluate import stepwise
+
     q = _sub(evals, "steps", "step-level AUC, accuracy and calibration (ECE)", stepwise.__doc__,
              "Step-level metrics on any records with labels (or first_error) and step_scores.")
     q.add_argument("--input", required=True, help="scored, labelled records (prmkit JSONL)")
@@ -97,7 +109,10 @@ def add_eval(sub: Any) -> None:
                    help="reliability diagram PNG (default: the --output name with .png)")
     q.set_defaults(run=_run_steps)
 
-    # bestofn
+
+def _add_bestofn(evals: Any) -> None:
+    from prmkit.evaluate import bestofn
+
     q = _sub(evals, "bestofn", "best-of-N accuracy against N with confidence intervals",
              bestofn.__doc__, "Accuracy against N for every selection method the candidates "
              "support, plus the oracle (pass@N).")
@@ -111,8 +126,7 @@ def add_eval(sub: Any) -> None:
                    help="bootstrap resamples of the problems for the 95%% CI")
     q.add_argument("--methods", default=None,
                    help="comma-separated methods (default: all the data supports)")
-    q.add_argument("--weight-by", default="prod",
-                   choices=["prod", "min", "last", "mean", "geomean"],
+    q.add_argument("--weight-by", default="prod", choices=AGGREGATE_CHOICES,
                    help="how weighted-majority aggregates each candidate's step scores")
     q.add_argument("--output", required=True, help="results JSON")
     q.add_argument("--plot", default=None,

@@ -43,25 +43,8 @@ def build(records: Sequence[Record], title: str = "prmkit report", source: str =
     # first-error identification
     fe = [r for r in scored if r.first_error is not None]
     if fe:
-        by_split: dict[str, list[Record]] = {}
-        for r in fe:
-            prefix = r.id.split("-", 1)[0]
-            by_split.setdefault(prefix if prefix in processbench.SPLITS else "all", []).append(r)
-        labels = {s: [r.first_error for r in rs] for s, rs in by_split.items()}
-        model = processbench.evaluate(labels, {s: [predicted[r.id] for r in rs]  # type: ignore[misc]
-                                               for s, rs in by_split.items()})
-        always = processbench.evaluate(labels, {s: [-1] * len(rs) for s, rs in by_split.items()})
-        rows = [[s, m["n"], m["n_error"], pct(m["error_acc"]), pct(m["correct_acc"]),
-                 pct(m["f1"]), pct(always["splits"][s]["f1"])]
-                for s, m in model["splits"].items()]
-        rows.append(["average F1", "", "", "", "", pct(model["average_f1"]),
-                     pct(always["average_f1"])])
-        content = html.table(["split", "n", "with error", "error_acc", "correct_acc", "F1",
-                              "F1 always -1"], rows)
-        content += (f'<p class="sub">Predicted first error: the first step scored below '
-                    f"{threshold:g}. Percentages. For calibrated thresholds and all baselines, "
-                    f"run <code>prmkit eval processbench</code>.</p>")
-        sections.append(("First-error identification (ProcessBench metric)", content))
+        sections.append(("First-error identification (ProcessBench metric)",
+                         _first_error_section(fe, predicted, threshold)))
 
     # step-level metrics
     pngs: list[str] = []
@@ -109,6 +92,33 @@ def build(records: Sequence[Record], title: str = "prmkit report", source: str =
     subtitle = (f"{source} · {len(records)} records, {len(scored)} scored"
                 + (f", {n_groups} groups" if n_groups else "") + f" · threshold {threshold:g}")
     return html.page(title, subtitle, sections)
+
+
+def _first_error_section(fe: Sequence[Record], predicted: dict[str, int], threshold: float) -> str:
+    """The first-error table (ProcessBench's metric, per split) of records with a first error."""
+    from prmkit.evaluate import processbench
+    from prmkit.evaluate.common import pct
+    from prmkit.report import html
+
+    by_split: dict[str, list[Record]] = {}
+    for r in fe:
+        prefix = r.id.split("-", 1)[0]
+        by_split.setdefault(prefix if prefix in processbench.SPLITS else "all", []).append(r)
+    labels = {s: [r.first_error for r in rs] for s, rs in by_split.items()}
+    model = processbench.evaluate(labels, {s: [predicted[r.id] for r in rs]  # type: ignore[misc]
+                                           for s, rs in by_split.items()})
+    always = processbench.evaluate(labels, {s: [-1] * len(rs) for s, rs in by_split.items()})
+    rows = [[s, m["n"], m["n_error"], pct(m["error_acc"]), pct(m["correct_acc"]),
+             pct(m["f1"]), pct(always["splits"][s]["f1"])]
+            for s, m in model["splits"].items()]
+    rows.append(["average F1", "", "", "", "", pct(model["average_f1"]),
+                 pct(always["average_f1"])])
+    content = html.table(["split", "n", "with error", "error_acc", "correct_acc", "F1",
+                          "F1 always -1"], rows)
+    content += (f'<p class="sub">Predicted first error: the first step scored below '
+                f"{threshold:g}. Percentages. For calibrated thresholds and all baselines, "
+                f"run <code>prmkit eval processbench</code>.</p>")
+    return content
 
 
 def _bestofn(records: Sequence[Record]) -> dict[str, Any] | None:

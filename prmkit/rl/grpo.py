@@ -235,28 +235,15 @@ def run_rl(cfg: RLConfig) -> dict[str, Any]:
     except ImportError:
         raise PrmkitError("prmkit rl needs TRL and datasets: pip install 'prmkit[rl]'") from None
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from prmkit.generate.prompts import make_prompter, tokenizer_specials
-    from prmkit.models.folder import resolve_model_path
     from prmkit.rl.diagnostics import RewardLog, table
     from prmkit.rl.rewards import ProcessReward, RewardConfig, RewardPart, open_prm
-    from prmkit.train.loop import LoopConfig, set_trainable
 
     t0 = time.time()
     os.makedirs(cfg.output, exist_ok=True)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    path = resolve_model_path(cfg.policy)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    model = set_trainable(model, LoopConfig(train=cfg.train, last_k=cfg.last_k))
-    prompter = make_prompter(cfg.policy, getattr(tokenizer, "chat_template", None),
-                             tokenizer_specials(tokenizer))
-
+    model, tokenizer, prompter = _load_policy(cfg)
     prm = open_prm(cfg.prm) if cfg.prm else None
     checkpoint = _resume_point(cfg)
     log_path = os.path.join(cfg.output, "rl_log.jsonl")
@@ -288,15 +275,7 @@ def run_rl(cfg: RLConfig) -> dict[str, Any]:
         weights.append(prm_w)
     dataset = Dataset.from_list([{"prompt": prompter.prompt(p.problem), "problem": p.problem,
                                   "reference": p.reference} for p in train_p])
-    args = GRPOConfig(
-        output_dir=os.path.join(cfg.output, "trl"), max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
-        num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
-        temperature=cfg.temperature, learning_rate=cfg.lr, beta=cfg.kl_beta,
-        reward_weights=weights, seed=cfg.seed, logging_steps=1,
-        save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 500,
-        report_to="none", bf16=False, use_cpu=not torch.cuda.is_available(),
-        gradient_checkpointing=False, disable_dropout=True, log_completions=False)
+    args = _grpo_config(GRPOConfig, cfg, weights, use_cpu=not torch.cuda.is_available())
     kwargs: dict[str, Any] = dict(model=model, reward_funcs=funcs, args=args,
                                   train_dataset=dataset, processing_class=tokenizer)
     if cfg.reward.endswith("prm-steps"):
@@ -324,6 +303,40 @@ def run_rl(cfg: RLConfig) -> dict[str, Any]:
     for flag in flags:
         print(f"warning: {flag}")
     return result
+
+
+def _load_policy(cfg: RLConfig) -> tuple[Any, Any, Any]:
+    """(model with its trainable parameters set, tokenizer padding on the left, prompter)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prmkit.generate.prompts import make_prompter, tokenizer_specials
+    from prmkit.models.folder import resolve_model_path
+    from prmkit.train.loop import LoopConfig, set_trainable
+
+    path = resolve_model_path(cfg.policy)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = set_trainable(model, LoopConfig(train=cfg.train, last_k=cfg.last_k))
+    prompter = make_prompter(cfg.policy, getattr(tokenizer, "chat_template", None),
+                             tokenizer_specials(tokenizer))
+    return model, tokenizer, prompter
+
+
+def _grpo_config(grpo_config: Any, cfg: RLConfig, weights: list[float], use_cpu: bool) -> Any:
+    """TRL's GRPOConfig for this run."""
+    return grpo_config(
+        output_dir=os.path.join(cfg.output, "trl"), max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
+        num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature, learning_rate=cfg.lr, beta=cfg.kl_beta,
+        reward_weights=weights, seed=cfg.seed, logging_steps=1,
+        save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 500,
+        report_to="none", bf16=False, use_cpu=use_cpu,
+        gradient_checkpointing=False, disable_dropout=True, log_completions=False)
 
 
 # settings that must match for a checkpoint to be continued (the rest may change on a rerun)
