@@ -13,7 +13,8 @@ import sys
 from typing import Any, Callable
 
 from prmkit import __version__
-from prmkit.cliutil import AGGREGATE_CHOICES, EPILOG_RECORDS, Formatter, add_dtype_option, add_parser
+from prmkit.cliutil import (AGGREGATE_CHOICES, EPILOG_RECORDS, Formatter, add_model_run_options,
+                            add_parser)
 from prmkit.errors import PrmkitError
 from prmkit.generate.cli import add_generate
 from prmkit.label.cli import add_label
@@ -111,12 +112,8 @@ def _add_score(sub: Any) -> None:
     p.add_argument("--per-prefix", action="store_true",
                    help="slow reference mode: score every prefix in its own forward pass "
                         "(for checking a new model or format against one-pass scoring)")
-    add_dtype_option(p, help="auto = bfloat16; use float32 for exact comparisons")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    p.add_argument("--token-budget", type=int, default=16384,
-                   help="maximum padded tokens per forward pass")
-    p.add_argument("--max-length", type=int, default=None,
-                   help="cut solutions to this many tokens (default: the model's maximum)")
+    add_model_run_options(p, "auto = bfloat16; use float32 for exact comparisons",
+                          "cut solutions to this many tokens (default: the model's maximum)")
     p.add_argument("--chunk", type=int, default=64,
                    help="records scored between two writes of the partial output")
     p.add_argument("--trust-remote-code", action="store_true",

@@ -43,6 +43,16 @@ def add_dtype_option(p: Any, flag: str = "--dtype", help: str = "auto = bfloat16
     p.add_argument(flag, default="auto", choices=list(choices), help=help)
 
 
+def add_model_run_options(p: Any, dtype_help: str, max_length_help: str) -> None:
+    """How a job that scores runs its HF model: --dtype, --device, --token-budget, --max-length
+    (the fields of :class:`prmkit.models.reading.HFConfig`)."""
+    add_dtype_option(p, help=dtype_help)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--token-budget", type=int, default=16384,
+                   help="maximum padded tokens per forward pass")
+    p.add_argument("--max-length", type=int, default=None, help=max_length_help)
+
+
 def option_type(tp: Any) -> tuple[Any, bool]:
     """(python type, optional) of a dataclass field annotation such as ``int | None``."""
     args = typing.get_args(tp)
@@ -56,16 +66,20 @@ def _is_config(tp: Any) -> bool:
     return isinstance(tp, type) and dataclasses.is_dataclass(tp)
 
 
-def add_config_options(parser: Any, cls: Any, skip: tuple[str, ...] = ()) -> None:
-    """Add an option for every field of the dataclass ``cls`` (nested configs flattened)."""
+def add_config_options(parser: Any, cls: Any, skip: tuple[str, ...] = (),
+                       mark_optional: bool = True) -> None:
+    """Add an option for every field of the dataclass ``cls`` (nested configs flattened, in an
+    argument group when the field's metadata names one); ``metadata["choices"]`` limits the
+    values; ``mark_optional`` adds "(optional)" to the help of a field that may be None."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip or not f.metadata.get("cli", True):
             continue
         tp, optional = option_type(hints[f.name])
         if _is_config(tp):
-            group = parser.add_argument_group(f.metadata.get("group", f.name))
-            add_config_options(group, tp, skip)
+            group = parser.add_argument_group(f.metadata["group"]) if "group" in f.metadata \
+                else parser
+            add_config_options(group, tp, skip, mark_optional)
             continue
         flag = "--" + f.name.replace("_", "-")
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
@@ -81,7 +95,8 @@ def add_config_options(parser: Any, cls: Any, skip: tuple[str, ...] = ()) -> Non
             if "choices" in f.metadata else {}
         parser.add_argument(flag, dest=f.name, type=tp, required=required,
                             default=None if required else f.default,
-                            help=help_text + (" (optional)" if optional else ""), **kwargs)
+                            help=help_text + (" (optional)" if optional and mark_optional else ""),
+                            **kwargs)
 
 
 def config_from_args(cls: Any, args: argparse.Namespace, **extra: Any) -> Any:

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from prmkit.cliutil import add_dtype_option
+from prmkit.cliutil import add_model_run_options
 from prmkit.errors import PrmkitError, RecordError
 from prmkit.records import Record, atomic_output, iter_jsonl, kind_name
 
@@ -144,13 +144,9 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
                         "saved in the model folder")
-    add_dtype_option(p, help="auto = bfloat16; recorded in the results beside every figure")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    p.add_argument("--token-budget", type=int, default=16384,
-                   help="maximum padded tokens per forward pass")
-    p.add_argument("--max-length", type=int, default=None,
-                   help="cut solutions to this many tokens (default: the model's maximum); "
-                        "steps past the cut get no score")
+    add_model_run_options(p, "auto = bfloat16; recorded in the results beside every figure",
+                          "cut solutions to this many tokens (default: the model's maximum); "
+                          "steps past the cut get no score")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the model folder's own Python code (off by default)")
     p.add_argument("--save-scores", default=None, metavar="FILE",

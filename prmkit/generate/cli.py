@@ -11,7 +11,8 @@ import argparse
 import sys
 from typing import Any
 
-from prmkit.cliutil import EPILOG_RECORDS, Formatter, add_dtype_option
+from prmkit.cliutil import EPILOG_RECORDS, Formatter, add_config_options, add_dtype_option, \
+    config_from_args
 from prmkit.errors import PrmkitError
 from prmkit.generate.load import BACKENDS, default_chunk, load_policy
 from prmkit.generate.prompts import MODEL_STYLES, STYLES
@@ -63,7 +64,6 @@ def policy_options(args: argparse.Namespace) -> dict[str, Any]:
 def add_generate(sub: Any) -> None:
     from prmkit.formats import FORMAT_NAMES
     from prmkit.generate.run import INPUT_HELP, GenerateConfig
-    from prmkit.steps import RULES
 
     styles = "\n".join(f"  {k}: {v.description}" for k, v in STYLES.items())
     defaults = ", ".join(f"{k} ({v})" for k, v in MODEL_STYLES.items())
@@ -83,12 +83,9 @@ def add_generate(sub: Any) -> None:
     p.add_argument("--input-format", default="prmkit", choices=["problems"] + FORMAT_NAMES,
                    help=INPUT_HELP)
     p.add_argument("--output", required=True, help="where to write the candidates (prmkit JSONL)")
-    p.add_argument("-n", type=int, default=8, help=h["n"].metadata["help"])
-    p.add_argument("--max-tokens", type=int, default=512, help=h["max_tokens"].metadata["help"])
-    p.add_argument("--temperature", type=float, default=0.7, help=h["temperature"].metadata["help"])
-    p.add_argument("--top-p", type=float, default=1.0, help=h["top_p"].metadata["help"])
-    p.add_argument("--seed", type=int, default=0, help=h["seed"].metadata["help"])
-    p.add_argument("--step-rule", default=None, choices=list(RULES), help=h["step_rule"].metadata["help"])
+    p.add_argument("-n", type=int, default=h["n"].default, help=h["n"].metadata["help"])
+    # the job's own options; --chunk and --no-resume below say it the command line's way
+    add_config_options(p, GenerateConfig, skip=("n", "chunk", "resume"), mark_optional=False)
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")
     p.add_argument("--chunk", type=int, default=None,
                    help="problems per generator call; default: enough to fill a batch")
@@ -105,9 +102,7 @@ def _run_generate(args: argparse.Namespace) -> int:
         raise PrmkitError("--batch-size and --concurrency must be positive")
     chunk = args.chunk or default_chunk(args.backend, max(1, args.n), args.batch_size,
                                         args.concurrency)
-    config = GenerateConfig(n=args.n, max_tokens=args.max_tokens, temperature=args.temperature,
-                            top_p=args.top_p, seed=args.seed, step_rule=args.step_rule,
-                            chunk=chunk, resume=not args.no_resume)
+    config = config_from_args(GenerateConfig, args, chunk=chunk, resume=not args.no_resume)
     problems = read_problems(args.input, args.input_format, args.limit)  # errors before loading
     generator, prompter = load_policy(args.policy, **policy_options(args))
     summary = run_generate(problems, generator, prompter, args.output, config,

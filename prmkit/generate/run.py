@@ -63,7 +63,7 @@ class GenerateConfig:
         "help": "sample k of a problem is seeded from (seed, prompt, k): reruns give the same records"})
     step_rule: str | None = field(default=None, metadata={
         "help": "how a candidate is split into steps (lines, blank-lines, step-markers, auto); "
-                "default: the rule the prompt teaches"})
+                "default: the rule the prompt teaches", "choices": RULES})
     chunk: int = field(default=1, metadata={
         "help": "problems per generator call; fixed by input position, so resuming is exact"})
     resume: bool = field(default=True, metadata={"help": "continue from OUT.partial if present"})

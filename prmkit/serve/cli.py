@@ -18,16 +18,8 @@ from prmkit.errors import PrmkitError
 
 
 def add_serve(sub: Any) -> None:
-    from prmkit.aggregate import AGGREGATES
-    from prmkit.cliutil import Formatter, add_dtype_option
-    from prmkit.serve.batcher import BatcherConfig
+    from prmkit.cliutil import Formatter, add_config_options, add_dtype_option
     from prmkit.serve.config import ServeConfig
-    from prmkit.steps import RULES
-
-    h = {**ServeConfig.__dataclass_fields__, **BatcherConfig.__dataclass_fields__}
-
-    def helptext(name: str) -> str:
-        return h[name].metadata["help"]
 
     endpoints = [
         ("POST /v1/score", "problems + steps (or full texts) -> step scores and aggregates; "
@@ -56,9 +48,6 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
                         "saved in the model folder")
-    p.add_argument("--host", default="127.0.0.1", help=helptext("host"))
-    p.add_argument("--port", type=int, default=8000, help=helptext("port"))
-    p.add_argument("--token", default=None, help=helptext("token"))
     add_dtype_option(p, help="auto = bfloat16; float32 gives scores equal to offline float32 scoring")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--max-length", type=int, default=None,
@@ -68,33 +57,17 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for the model (default: torch's; 1 is often faster on "
                         "a busy machine)")
-    p.add_argument("--token-budget", type=int, default=16384, help=helptext("token_budget"))
-    p.add_argument("--max-wait-ms", type=float, default=10.0, help=helptext("max_wait_ms"))
-    p.add_argument("--max-queue", type=int, default=1024, help=helptext("max_queue"))
-    p.add_argument("--max-body-bytes", type=int, default=16 * 2**20, help=helptext("max_body_bytes"))
-    p.add_argument("--max-solutions", type=int, default=1024, help=helptext("max_solutions"))
-    p.add_argument("--max-steps", type=int, default=128, help=helptext("max_steps"))
-    p.add_argument("--max-tokens", type=int, default=None, help=helptext("max_tokens"))
-    p.add_argument("--step-rule", default="auto", choices=list(RULES), help=helptext("step_rule"))
-    p.add_argument("--reward", default="min", choices=list(AGGREGATES), help=helptext("reward"))
-    p.add_argument("--graceful-timeout", type=float, default=60.0,
-                   help=helptext("graceful_timeout"))
+    add_config_options(p, ServeConfig, mark_optional=False)  # with the batching options
     p.add_argument("--access-log", action="store_true", help="log every request (uvicorn)")
     p.set_defaults(run=_run_serve)
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from prmkit.serve.batcher import BatcherConfig
+    from prmkit.cliutil import config_from_args
     from prmkit.serve.config import ServeConfig
 
     # Everything that can be wrong with the options is reported before the model loads.
-    config = ServeConfig(
-        host=args.host, port=args.port, token=args.token,
-        batching=BatcherConfig(token_budget=args.token_budget, max_wait_ms=args.max_wait_ms,
-                               max_queue=args.max_queue),
-        max_body_bytes=args.max_body_bytes, max_solutions=args.max_solutions,
-        max_steps=args.max_steps, max_tokens=args.max_tokens, step_rule=args.step_rule,
-        reward=args.reward, graceful_timeout=args.graceful_timeout)
+    config = config_from_args(ServeConfig, args)
     if not all(importlib.util.find_spec(name) for name in ("fastapi", "uvicorn")):
         raise PrmkitError("prmkit serve needs FastAPI and uvicorn: pip install 'prmkit[serve]'")
     from prmkit.models.load import model_kind, open_prm

@@ -47,10 +47,11 @@ class ServeConfig:
         "help": "most tokens in one encoded solution (422 above); default and ceiling: the "
                 "model's maximum length, so no step is ever cut off"})
     step_rule: str = field(default="auto", metadata={
-        "help": "how full texts (/v1/score 'texts', /get_reward queries) are split into steps"})
+        "help": "how full texts (/v1/score 'texts', /get_reward queries) are split into steps",
+        "choices": RULES})
     reward: str = field(default="min", metadata={
         "help": "how /get_reward turns step scores into one reward per response (min: "
-                "Math-Shepherd's rule)"})
+                "Math-Shepherd's rule)", "choices": tuple(AGGREGATES)})
     graceful_timeout: float = field(default=60.0, metadata={
         "help": "on shutdown (Ctrl-C, SIGTERM), seconds to let requests in flight finish"})
 

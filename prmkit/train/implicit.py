@@ -197,11 +197,8 @@ def train_implicit(cfg: ImplicitTrainConfig) -> list[dict[str, Any]]:
     if fmt.layout != "text" and not getattr(tokenizer, "chat_template", None):
         raise PrmkitError(f"{cfg.base} has no chat template: use --format lines")
     bound = fmt.bind(tokenizer)
-    if cfg.objective == "ce":
-        examples, left = outcome_examples(train_records, bound, cfg.max_length)
-    else:
-        examples, left = pair_examples(train_records, bound, cfg.max_length,
-                                       cfg.max_pairs_per_group, cfg.loop.seed)
+    examples, left = orm.examples_for(cfg, train_records, bound, cfg.objective == "dpo",
+                                      make=response_example)
     if left:
         print(f"train implicit-prm: {left} {'records' if cfg.objective == 'ce' else 'pairs'} "
               f"left out (no is_correct, or longer than --max-length)", file=sys.stderr)

@@ -123,6 +123,16 @@ def pair_examples(records: Sequence[Record], bound: BoundFormat, max_length: int
     return out, left
 
 
+def examples_for(cfg: Any, records: Sequence[Record], bound: BoundFormat, pairs: bool,
+                 make: Any = None) -> tuple[list[Any], int]:
+    """The training examples of an outcome-labelled trainer: one per record, or (chosen,
+    rejected) pairs when ``pairs``; ``make`` as for :func:`outcome_examples`."""
+    if pairs:
+        return pair_examples(records, bound, cfg.max_length, cfg.max_pairs_per_group,
+                             cfg.loop.seed, make=make)
+    return outcome_examples(records, bound, cfg.max_length, make=make)
+
+
 def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
     from prmkit.models.load import wrap_model
     from prmkit.models.reading import HFConfig, Reader
@@ -133,11 +143,7 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
         if cfg.eval_data else []
     model, tokenizer = load_base(cfg, fmt)
     bound = fmt.bind(tokenizer)
-    if cfg.objective == "outcome":
-        examples, left = outcome_examples(train_records, bound, cfg.max_length)
-    else:
-        examples, left = pair_examples(train_records, bound, cfg.max_length,
-                                       cfg.max_pairs_per_group, cfg.loop.seed)
+    examples, left = examples_for(cfg, train_records, bound, cfg.objective == "pairwise")
     if left:
         print(f"train orm: {left} {'records' if cfg.objective == 'outcome' else 'pairs'} left "
               f"out (no is_correct, or longer than --max-length)", file=sys.stderr)
