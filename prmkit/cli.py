@@ -13,8 +13,8 @@ import sys
 from typing import Any, Callable
 
 from prmkit import __version__
-from prmkit.cliutil import (AGGREGATE_CHOICES, EPILOG_RECORDS, Formatter, add_model_run_options,
-                            add_parser)
+from prmkit.cliutil import (AGGREGATE_CHOICES, EPILOG_RECORDS, Formatter, add_config_options,
+                            add_model_run_options, add_parser, config_from_args)
 from prmkit.errors import PrmkitError
 from prmkit.generate.cli import add_generate
 from prmkit.label.cli import add_label
@@ -46,13 +46,8 @@ def _add_convert(sub: Any) -> None:
     opt = formats.ConvertOptions.help()
     p.add_argument("--prm800k-neutral", choices=["1", "0", "null"], default="1",
                    help=opt["prm800k_neutral"])
-    p.add_argument("--soft-threshold", type=float, default=0.5, help=opt["soft_threshold"])
-    p.add_argument("--strip-calculator", action="store_true", help=opt["strip_calculator"])
-    p.add_argument("--math-shepherd-labels", choices=list(formats.SHEPHERD_LABEL_STYLES),
-                   default="text", help=opt["math_shepherd_labels"])
-    p.add_argument("--prm800k-alternatives", action="store_true",
-                   help=opt["prm800k_alternatives"])
-    p.add_argument("--skip-empty", action="store_true", help=opt["skip_empty"])
+    # the two labels that may be none are words on the command line; the rest from the config
+    add_config_options(p, formats.ConvertOptions, skip=("prm800k_neutral", "prmbench_later_steps"))
     p.add_argument("--prmbench-later-steps", choices=["null", "0", "1"], default="null",
                    help=opt["prmbench_later_steps"])
     p.add_argument("input", metavar="IN", help="input file ('-' for standard input)")
@@ -64,11 +59,9 @@ def _run_convert(args: argparse.Namespace) -> int:
     from prmkit import formats
 
     value = {"1": 1.0, "0": 0.0, "null": None}
-    options = formats.ConvertOptions(
-        prm800k_neutral=value[args.prm800k_neutral], soft_threshold=args.soft_threshold,
-        strip_calculator=args.strip_calculator, math_shepherd_labels=args.math_shepherd_labels,
-        prm800k_alternatives=args.prm800k_alternatives, skip_empty=args.skip_empty,
-        prmbench_later_steps=value[args.prmbench_later_steps])
+    options = config_from_args(formats.ConvertOptions, args,
+                               prm800k_neutral=value[args.prm800k_neutral],
+                               prmbench_later_steps=value[args.prmbench_later_steps])
     # Read (and validate) the whole input first: a bad line is reported before any output.
     records = list(formats.read(args.src, args.input, options))
     n = formats.write(args.dst, args.output, records, options)

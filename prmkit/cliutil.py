@@ -6,8 +6,8 @@ bool field becomes a flag (``--name`` when it defaults to False, ``--no-name`` w
 whose type is itself a dataclass (a nested config) is flattened: its fields become options of
 their own, in an argument group titled by ``metadata["group"]``, and :func:`config_from_args`
 builds the nested config back. A field with ``metadata={"cli": False}`` is not an option.
-ARCHITECTURE.md, "Layers": this module imports nothing of prmkit but the errors, so every CLI
-module may import it.
+ARCHITECTURE.md, "Layers": this module imports only the dtypes of prmkit.models.reading, so every
+CLI module may import it.
 """
 
 from __future__ import annotations

@@ -40,10 +40,10 @@ sys.path.insert(0, ROOT)
 from prmkit import formats  # noqa: E402
 from prmkit.models.hf import HFConfig, load_hf_prm  # noqa: E402
 from prmkit.records import Record, write_records  # noqa: E402
+from prmkit.shareddata import shared_data_dir  # noqa: E402
 from prmkit.train.loop import LoopConfig  # noqa: E402
 from prmkit.train.orm import ORMTrainConfig, train_orm  # noqa: E402
 from prmkit.train.prm import PRMTrainConfig, auc, first_error_f1, train_prm, training_format  # noqa: E402
-from prmkit.shareddata import shared_data_dir  # noqa: E402
 
 DATA = shared_data_dir()
 TARGET = os.path.join(ROOT, "prmkit", "models", "default_prm")

@@ -4,7 +4,6 @@ cases and on the real GSM8K, MATH-500 and ProcessBench data."""
 from __future__ import annotations
 
 import json
-import os
 import random
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path

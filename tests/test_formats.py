@@ -4,7 +4,6 @@ error messages), then the real files in ../shared/data when they are there."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import warnings
 from pathlib import Path

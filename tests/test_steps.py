@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 
 import pytest
 
 from prmkit.errors import PrmkitError
-from prmkit.steps import RULES, count_markers, detect_rule, join_steps, separator, split_steps
 from prmkit.shareddata import shared_data_dir
+from prmkit.steps import RULES, count_markers, detect_rule, join_steps, separator, split_steps
 
 DATA = Path(shared_data_dir())
 CONCRETE = ("blank-lines", "lines", "step-markers")

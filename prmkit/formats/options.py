@@ -26,10 +26,10 @@ class ConvertOptions:
         "from float labels: a label >= this is correct"))
     strip_calculator: bool = field(default=False, metadata=_help(
         "GSM8K: remove the calculator annotations <<a*b=c>> from the steps"))
-    math_shepherd_labels: str = field(default="text", metadata=_help(
+    math_shepherd_labels: str = field(default="text", metadata={**_help(
         "writing Math-Shepherd: 'text' (label = the input with each tag replaced by +/-, the "
         "original dataset), 'tokens' (label = a list of '+'/'-', OpenRLHF) or 'floats' "
-        "(label = a list of float labels, OpenRLHF soft labels)"))
+        "(label = a list of float labels, OpenRLHF soft labels)"), "choices": SHEPHERD_LABEL_STYLES})
     prm800k_alternatives: bool = field(default=False, metadata=_help(
         "PRM800K: besides each labelling session's path, one record per rated alternative "
         "step: the path up to that step, then the alternative as the last step (the "

@@ -32,10 +32,9 @@ from typing import Any, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.generate.base import (Completion, check_sampling, check_stop, find_stop,
                                   sample_seed)
+from prmkit.models.reading import DTYPES, TORCH_DTYPES
 
 log = logging.getLogger("prmkit")
-
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass
@@ -289,8 +288,7 @@ def load_hf_generator(policy: str, config: HFGenConfig | None = None,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dtype = {"auto": torch.bfloat16, "float32": torch.float32, "bfloat16": torch.bfloat16,
-             "float16": torch.float16}[config.dtype]
+    dtype = getattr(torch, TORCH_DTYPES[config.dtype])
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=config.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True,

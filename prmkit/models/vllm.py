@@ -93,7 +93,6 @@ not affected.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Callable, Sequence
 
 import numpy as np
