@@ -32,8 +32,12 @@ def test_prefix_ids_are_a_prefix_of_the_whole(name):
     # no steps yet (a search's first expansion): the context alone, a prefix of the whole
     empty = bound.encode(PROBLEM, [])
     assert empty.read_positions == [] and empty.n_steps == 0
-    assert empty.input_ids == whole.input_ids[:len(empty.input_ids)]
     assert len(empty.input_ids) < whole.read_positions[0]
+    if PRESETS[name].tokenize == "pieces":
+        assert empty.input_ids == whole.input_ids[:len(empty.input_ids)]
+    else:   # one call on the whole text: the head's last token may merge with the first step
+        n = max(len(empty.input_ids) - 1, 0)
+        assert empty.input_ids[:n] == whole.input_ids[:n]
 
 
 def test_math_shepherd_text_and_positions_by_hand():
