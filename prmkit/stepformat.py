@@ -42,6 +42,8 @@ A format is data (:class:`StepFormat`), not code:
       (with ``bos="always"``: TRL puts ``bos_token_id`` first whenever the tokenizer has one), and
       prmkit's own format (what its trained models saw). A saved format without the field is
       ``pieces``, as every format was before the field existed.
+* ``strip``: each step's surrounding whitespace is stripped first (Math-Shepherd's data and
+  RLHFlow's recipe hold stripped steps; a trailing space would merge with the tag's).
 * the **marker** put before each step (``marker``, with ``{n}`` the 1-based step number), unless
   the step already starts with it: ``"Step {n}: "`` for Math-Shepherd, whose model was trained
   on ``Step 1: ... ки\nStep 2: ... ки`` (the text its model card scores, and the text
@@ -104,6 +106,7 @@ class StepFormat:
     tokenize: str = "pieces"    # pieces | whole (see the module docstring)
     read: str = "end"           # end | tag-id
     bos: str = "tokenizer"      # tokenizer (its own special tokens) | always (bos_token_id first) | none
+    strip: bool = False         # strip each step's surrounding whitespace first
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -165,12 +168,13 @@ class StepFormat:
 PRESETS: dict[str, StepFormat] = {
     "math-shepherd": StepFormat(
         name="math-shepherd", layout="text", prefix="{problem} ", step="{step}", tag=" ки",
-        between="\n", marker="Step {n}: ", tokenize="whole", read="tag-id",
+        between="\n", marker="Step {n}: ", strip=True, tokenize="whole", read="tag-id",
         reading="label-tokens", positive="+", negative="-",
         description="Math-Shepherd (Wang et al., 2023; peiyi9979/math-shepherd-mistral-7b-prm) "
                     "and OpenRLHF: its model card's text, f'{question} {output}' with each step "
-                    "written 'Step k: STEP ки' (the 'Step k: ' is added to a step that does not "
-                    "start with it, as the model was trained on it), steps on separate lines, "
+                    "stripped and written 'Step k: STEP ки' (the 'Step k: ' is added to a step "
+                    "that does not start with it: the model was trained on such text, and "
+                    "ProcessBench's steps have none), steps on separate lines, "
                     "tokenised in one call; P('+') against P('-') read wherever the id is the "
                     "tag's."),
     "qwen-prm": StepFormat(
@@ -190,10 +194,11 @@ PRESETS: dict[str, StepFormat] = {
                     "separator between prompt and first step."),
     "rlhflow": StepFormat(
         name="rlhflow", layout="turns", first_turn="{problem} {step}", step="{step}",
-        between="+", tokenize="whole", read="end", bos="none", reading="label-tokens",
+        between="+", strip=True, tokenize="whole", read="end", bos="none", reading="label-tokens",
         positive="+", negative="-",
         description="RLHFlow PRMs (Xiong et al., 2024; math-rm/prm_evaluate.py): each step a "
-                    "user turn answered '+', the conversation rendered by the chat template and "
+                    "user turn (stripped) answered '+', the conversation rendered by the chat "
+                    "template and "
                     "tokenised whole; P('+') against P('-') read at the token before each '+' "
                     "(its recipe's position -3)."),
     "prmkit": StepFormat(
@@ -290,6 +295,8 @@ class BoundFormat:
     # -- the pieces of text, before tokenisation ------------------------------------------------
     def step_text(self, k: int, step: str) -> str:
         """Step k's own text: its marker (unless it starts with it), the ``step`` template."""
+        if self.format.strip:
+            step = step.strip()
         marker = self.format.marker.format(n=k + 1) if self.format.marker else ""
         if marker and not step.startswith(marker.rstrip()):
             step = marker + step
