@@ -244,8 +244,11 @@ class Encoded:
     """One solution as token ids, with where each step's score is read.
 
     ``read_positions[k]`` is the index in ``input_ids`` of the token whose output scores step k.
-    ``step_ends[k]`` is the length of the ids that cover the problem and steps 0..k (the ids of
-    that prefix are exactly ``input_ids[:step_ends[k]]``). When the solution was truncated to a
+    ``step_ends[k]`` is the length of the ids that cover the problem and steps 0..k, up to step
+    k's read position (``read_positions[k] + 1``). Under ``tokenize="pieces"`` the ids of that
+    prefix encoded alone are exactly ``input_ids[:step_ends[k]]``; under ``"whole"`` they
+    usually are, and whoever relies on it checks (search's KV reuse does, per solution, and
+    falls back). When the solution was truncated to a
     maximum length, steps that no longer fit are missing from both lists: ``n_steps`` says how
     many steps the solution has.
     """
@@ -468,12 +471,16 @@ class BoundFormat:
 def _token_at(offsets: Sequence[tuple[int, int]], char: int, name: str) -> int:
     """The index of the token whose span holds character ``char`` (the last such token when
     several do, e.g. the bytes of one character split over tokens)."""
-    best = None
+    best = before = None
     for i, (a, b) in enumerate(offsets):
         if a <= char < b:
             best = i
         elif best is not None and a > char:
             break
+        if b > a and a <= char:
+            before = i
+    if best is None:   # offsets trimmed of whitespace: the last token starting at or before it
+        best = before
     if best is None:
         raise PrmkitError(f"step format {name!r}: no token holds character {char} of the text")
     return best
