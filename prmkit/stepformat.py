@@ -270,6 +270,7 @@ class BoundFormat:
     negative_id: int | None = field(init=False, default=None)
     bos: list[int] = field(init=False, default_factory=list)
     tag_id: int | None = field(init=False, default=None)
+    _warned: set = field(init=False, default_factory=set, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         fmt, tok = self.format, self.tokenizer
@@ -434,8 +435,7 @@ class BoundFormat:
             by_offset = [_token_at(offsets, e - 1, fmt.name) + shift for e in ends]
         if fmt.read == "end":
             if by_offset is None:
-                raise PrmkitError(f"step format {fmt.name!r}: reading at the end of each step "
-                                  f"needs a fast tokenizer (one with offset mappings)")
+                by_offset = self._ends_without_offsets(text, ends, ids)
             return ids, by_offset
         tagged = [i for i, t in enumerate(ids) if t == self.tag_id]
         if by_offset is None:
@@ -453,6 +453,22 @@ class BoundFormat:
                             self.tag_id, problem[:60])
         return ids, by_offset
 
+    def _ends_without_offsets(self, text: str, ends: Sequence[int], ids: Sequence[int]) -> list[int]:
+        """A tokenizer without offset mappings: the text up to each step's end tokenised on its
+        own, which must give a prefix of the whole text's ids."""
+        fmt = self.format
+        special = fmt.bos == "tokenizer"
+        parts = self.tokenizer([text[:e] for e in ends], add_special_tokens=special)["input_ids"]
+        out = []
+        for e, part in zip(ends, parts):
+            part = (self.bos + list(part)) if fmt.bos == "always" and self.bos and part[:1] != self.bos else list(part)
+            if not part or list(ids[:len(part)]) != part:
+                raise PrmkitError(f"step format {fmt.name!r}: this tokenizer has no offset "
+                                  f"mappings and merges the text across a step's end; use "
+                                  f"its fast version")
+            out.append(len(part) - 1)
+        return out
+
     def _check_tags(self, problem: str, steps: Sequence[str]) -> None:
         """Warn about steps that hold the format's tag text (see the module docstring)."""
         fmt = self.format
@@ -461,6 +477,10 @@ class BoundFormat:
             return
         for k, s in enumerate(steps):
             if tag in s:
+                if (problem, k, s) in self._warned:   # once per step, not once per prefix read
+                    return
+                if len(self._warned) < 10000:
+                    self._warned.add((problem, k, s))
                 log.warning("step format %r: step %d of the solution to %r holds the tag %r; "
                             "prmkit reads each step once, at the tag it adds after the step "
                             "(the model's own recipe would also read the tag in the step)",

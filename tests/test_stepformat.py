@@ -186,3 +186,26 @@ def test_chat_formats_need_a_chat_template():
     tok.chat_template = None
     with pytest.raises(PrmkitError, match="chat template"):
         PRESETS["qwen-prm"].bind(tok)
+
+
+class NoOffsets:
+    """A tokenizer without offset mappings (a slow tokenizer)."""
+
+    is_fast = False
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+    def __call__(self, *args, **kwargs):
+        kwargs.pop("return_offsets_mapping", None)
+        return self.tok(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name", [n for n, f in PRESETS.items() if f.tokenize == "whole"])
+def test_whole_text_formats_read_the_same_without_offset_mappings(name):
+    fast = PRESETS[name].bind(tokenizer()).encode(PROBLEM, STEPS)
+    slow = PRESETS[name].bind(NoOffsets(tokenizer())).encode(PROBLEM, STEPS)
+    assert (slow.input_ids, slow.read_positions) == (fast.input_ids, fast.read_positions)
