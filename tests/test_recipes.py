@@ -298,3 +298,30 @@ def test_scores_equal_the_recipe(shared_data, preset, name):
 @pytest.mark.parametrize("preset,name", PAIRS, ids=[f"{p}-{n}" for p, n in PAIRS])
 def test_scores_equal_the_recipe_on_every_solution(shared_data, preset, name):
     check_scores(preset, name, gsm8k(shared_data))
+
+
+@pytest.mark.parametrize("preset,name", [
+    pytest.param(p, n, id=f"{p}-{n}", marks=[] if p == "math-shepherd" else [pytest.mark.slow])
+    for p, n in PRIMARY])
+def test_search_reuse_on_real_tokenizers(shared_data, preset, name):
+    """Search's KV reuse under each preset's rule: the step-by-step scores equal re-reading every
+    grown solution whole; children whose parent's ids are not a prefix of theirs are counted."""
+    from prmkit.models.hf import HFConfig, HFPRM
+    from prmkit.models.incremental import IncrementalPRM, RescoringScorer
+
+    tok = tokenizer_for(preset, name)
+    kind = "lm" if PRESETS[preset].reading == "label-tokens" else "classes"
+    prm = HFPRM(tiny_model(len(tok), kind), tok, PRESETS[preset],
+                HFConfig(dtype="float32", max_length=8192))
+    solutions = gsm8k(shared_data)[:2]
+    fast, ref = IncrementalPRM(prm), RescoringScorer(prm)
+    for scorer in (fast, ref):
+        tips = scorer.roots([p for p, _ in solutions])
+        for k in range(3):
+            tips = scorer.extend([(t, s[k]) for t, (_, s) in zip(tips, solutions)])
+        scorer.tips = tips
+    for a, b in zip(fast.tips, ref.tips):
+        assert a.scores == pytest.approx(b.scores, abs=1e-5)
+    assert fast.tokens < ref.tokens
+    print(f"{preset} on {name}: reuse {fast.tokens} tokens, whole {ref.tokens}, fallbacks "
+          f"{fast.fallbacks} ({fast.partial} partial)")
