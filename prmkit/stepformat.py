@@ -27,16 +27,14 @@ A format is data (:class:`StepFormat`), not code:
 * the **label mapping** for training: label 1 -> ``positive`` token / class ``positive_class``,
   label 0 -> ``negative`` token / the other class; a soft label p trains against [1-p, p].
 
-* the **tokenisation rule** (``tokenize``), the one the model's own recipe uses; the same token
-  ids come out of two rules only for some tokenizers, so a format that gets it wrong scores other
-  ids than the model was trained on (SentencePiece gives every piece tokenised alone a leading
+* the **tokenisation rule** (``tokenize``), the one the model's own recipe uses: two rules give
+  the same ids only on some tokenizers (SentencePiece gives every piece tokenised alone a leading
   ``▁``; byte-level BPE splits a space or newline at a piece's end off on its own):
     - ``whole``: the whole text in one tokenizer call (Math-Shepherd's ``tokenizer.encode(f"{q}
-      {output}")``, Qwen2.5-Math-PRM's whole chat text, RLHFlow's rendered conversation). Read
-      positions come from ``read``: ``tag-id``, every position whose id is the tag's (the recipes
-      of Math-Shepherd and Qwen), or ``end``, the token that holds the last character of the
-      step's piece (its tag), found with the offset mapping of the whole text (RLHFlow: the token
-      before the assistant's ``+``, position -3 of each prefix in its recipe).
+      {output}")``, Qwen2.5-Math-PRM's whole chat text, RLHFlow's rendered conversation), read
+      (``read``) at every position whose id is the tag's (``tag-id``: Math-Shepherd, Qwen) or at
+      the token holding the last character of the step's piece (``end``, by the offset mapping:
+      RLHFlow's token before the assistant's ``+``); see :mod:`prmkit.wholetext`.
     - ``pieces``: each piece tokenised on its own and the ids joined: the head, each step, the
       step's ``tag`` (alone, when the format has one) and ``between``. TRL's ``tokenize_row``
       (with ``bos="always"``: TRL puts ``bos_token_id`` first whenever the tokenizer has one), and
@@ -53,10 +51,9 @@ Token ids are never hard-coded: :meth:`StepFormat.bind` looks them up in the tok
 model loads, giving a :class:`BoundFormat`.
 
 Prefixes. Under ``pieces`` the ids of a solution's first k steps are a prefix of the ids of the
-whole solution by construction. Under ``whole`` they usually are (each recipe's tag or template
-token ends a piece), but a tokenizer may merge across the boundary; one-pass scoring equals the
-recipe (which reads every step of the whole text in one pass) either way, and search checks
-prefix-ness per solution and falls back where it fails (:mod:`prmkit.models.incremental`).
+whole solution by construction; under ``whole`` they usually are, but a tokenizer may merge
+across the boundary, so search checks it per solution and falls back
+(:mod:`prmkit.models.incremental`).
 
 Steps that hold the tag. A step whose text contains the format's tag (``ки``, ``<extra_0>``)
 would be read at the wrong places (Math-Shepherd's and Qwen's recipes read every tag id, so
@@ -74,6 +71,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.wholetext import whole_text_ids
 
 log = logging.getLogger("prmkit")
 
@@ -198,9 +196,8 @@ PRESETS: dict[str, StepFormat] = {
         positive="+", negative="-",
         description="RLHFlow PRMs (Xiong et al., 2024; math-rm/prm_evaluate.py): each step a "
                     "user turn (stripped) answered '+', the conversation rendered by the chat "
-                    "template and "
-                    "tokenised whole; P('+') against P('-') read at the token before each '+' "
-                    "(its recipe's position -3)."),
+                    "template and tokenised whole; P('+') against P('-') read at the token "
+                    "before each '+' (its recipe's position -3)."),
     "prmkit": StepFormat(
         name="prmkit", layout="text", prefix="{problem}\n\n", step="{step} ки", between="\n\n",
         reading="classes", positive_class=1,
@@ -417,93 +414,28 @@ class BoundFormat:
         return ids, read_positions
 
     def _encode_whole(self, problem: str, steps: Sequence[str]) -> tuple[list[int], list[int]]:
-        """The whole text in one call; read at the tag's ids, or at the token holding each
-        step's last character (the offset mapping of the whole text)."""
-        fmt, tok = self.format, self.tokenizer
+        """The whole text in one call, read by the format's rule (:mod:`prmkit.wholetext`)."""
+        fmt = self.format
         text, ends = self.text(problem, steps)
         if not text:
             return list(self.bos), []
-        fast = bool(getattr(tok, "is_fast", False))
-        out = tok(text, add_special_tokens=(fmt.bos == "tokenizer"), return_offsets_mapping=fast)
-        ids = list(out["input_ids"])
-        shift = 0
-        if fmt.bos == "always" and self.bos and ids[:1] != self.bos:
-            ids, shift = self.bos + ids, 1
-        by_offset: list[int] | None = None
-        if fast:
-            offsets = [tuple(o) for o in out["offset_mapping"]]
-            by_offset = [_token_at(offsets, e - 1, fmt.name) + shift for e in ends]
-        if fmt.read == "end":
-            if by_offset is None:
-                by_offset = self._ends_without_offsets(text, ends, ids)
-            return ids, by_offset
-        tagged = [i for i, t in enumerate(ids) if t == self.tag_id]
-        if by_offset is None:
-            if len(tagged) != len(steps):
-                raise PrmkitError(f"step format {fmt.name!r}: {len(tagged)} tag ids for "
-                                  f"{len(steps)} steps (a step holds the tag, or the tag merges "
-                                  f"with its neighbours); use a fast tokenizer")
-            return ids, tagged
-        if tagged != by_offset:
-            wrong = [k for k, p in enumerate(by_offset) if ids[p] != self.tag_id]
-            if wrong:
-                log.warning("step format %r: the tag %r after step %d is not the token %d "
-                            "(the tokenizer merges it with the text around it); read at the "
-                            "token that ends the step (problem %r)", fmt.name, fmt.tag, wrong[0],
-                            self.tag_id, problem[:60])
-        return ids, by_offset
-
-    def _ends_without_offsets(self, text: str, ends: Sequence[int], ids: Sequence[int]) -> list[int]:
-        """A tokenizer without offset mappings: the text up to each step's end tokenised on its
-        own, which must give a prefix of the whole text's ids."""
-        fmt = self.format
-        special = fmt.bos == "tokenizer"
-        parts = self.tokenizer([text[:e] for e in ends], add_special_tokens=special)["input_ids"]
-        out = []
-        for e, part in zip(ends, parts):
-            part = (self.bos + list(part)) if fmt.bos == "always" and self.bos and part[:1] != self.bos else list(part)
-            if not part or list(ids[:len(part)]) != part:
-                raise PrmkitError(f"step format {fmt.name!r}: this tokenizer has no offset "
-                                  f"mappings and merges the text across a step's end; use "
-                                  f"its fast version")
-            out.append(len(part) - 1)
-        return out
+        return whole_text_ids(self.tokenizer, text, ends, special_tokens=(fmt.bos == "tokenizer"),
+                              bos=self.bos if fmt.bos == "always" else [],
+                              tag_id=self.tag_id if fmt.read == "tag-id" else None,
+                              name=fmt.name, problem=problem)
 
     def _check_tags(self, problem: str, steps: Sequence[str]) -> None:
-        """Warn about steps that hold the format's tag text (see the module docstring)."""
+        """Warn, once per step, about a step holding the format's tag (the module docstring)."""
         fmt = self.format
         tag = (fmt.tag or fmt.step.split("{step}", 1)[1]).strip()
-        if not tag:
+        k = next((k for k, s in enumerate(steps) if tag and tag in s), None)
+        if k is None or (problem, k, steps[k]) in self._warned:   # not once per prefix read
             return
-        for k, s in enumerate(steps):
-            if tag in s:
-                if (problem, k, s) in self._warned:   # once per step, not once per prefix read
-                    return
-                if len(self._warned) < 10000:
-                    self._warned.add((problem, k, s))
-                log.warning("step format %r: step %d of the solution to %r holds the tag %r; "
-                            "prmkit reads each step once, at the tag it adds after the step "
-                            "(the model's own recipe would also read the tag in the step)",
-                            fmt.name, k, problem[:60], tag)
-                return
-
-
-def _token_at(offsets: Sequence[tuple[int, int]], char: int, name: str) -> int:
-    """The index of the token whose span holds character ``char`` (the last such token when
-    several do, e.g. the bytes of one character split over tokens)."""
-    best = before = None
-    for i, (a, b) in enumerate(offsets):
-        if a <= char < b:
-            best = i
-        elif best is not None and a > char:
-            break
-        if b > a and a <= char:
-            before = i
-    if best is None:   # offsets trimmed of whitespace: the last token starting at or before it
-        best = before
-    if best is None:
-        raise PrmkitError(f"step format {name!r}: no token holds character {char} of the text")
-    return best
+        if len(self._warned) < 10000:
+            self._warned.add((problem, k, steps[k]))
+        log.warning("step format %r: step %d of the solution to %r holds the tag %r; prmkit "
+                    "reads each step once, at the tag it adds after the step (the model's own "
+                    "recipe would also read the tag in the step)", fmt.name, k, problem[:60], tag)
 
 
 def _single_token(tokenizer: Any, text: str | None, name: str) -> int:

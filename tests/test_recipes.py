@@ -156,11 +156,11 @@ def test_math_shepherd_ids_equal_the_model_card(shared_data, name):
 @pytest.mark.parametrize("name", TOKENIZERS)
 def test_trl_scoring_and_training_ids_equal_tokenize_row(shared_data, name):
     from prmkit.records import Record
-    from prmkit.train.prm import step_examples, training_format
+    from prmkit.train.prm import step_examples
 
     tok = tokenizer_for("trl", name)
-    bound = training_format("trl", "class").bind(tok)
-    assert bound.format.tokenize == PRESETS["trl"].tokenize == "pieces"
+    bound = PRESETS["trl"].bind(tok)   # what `prmkit train --format trl --head class` binds
+    assert bound.format.tokenize == "pieces" and bound.format.reading == "classes"
     scoring, training = [], []
     for i, (problem, steps) in enumerate(gsm8k(shared_data)):
         labels = [1] * len(steps)
