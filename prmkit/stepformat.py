@@ -27,26 +27,59 @@ A format is data (:class:`StepFormat`), not code:
 * the **label mapping** for training: label 1 -> ``positive`` token / class ``positive_class``,
   label 0 -> ``negative`` token / the other class; a soft label p trains against [1-p, p].
 
+* the **tokenisation rule** (``tokenize``), the one the model's own recipe uses: two rules give
+  the same ids only on some tokenizers (SentencePiece gives every piece tokenised alone a leading
+  ``▁``; byte-level BPE splits a space or newline at a piece's end off on its own):
+    - ``whole``: the whole text in one tokenizer call (Math-Shepherd's ``tokenizer.encode(f"{q}
+      {output}")``, Qwen2.5-Math-PRM's whole chat text, RLHFlow's rendered conversation), read
+      (``read``) at every position whose id is the tag's (``tag-id``: Math-Shepherd, Qwen) or at
+      the token holding the last character of the step's piece (``end``, by the offset mapping:
+      RLHFlow's token before the assistant's ``+``); see :mod:`prmkit.wholetext`.
+    - ``pieces``: each piece tokenised on its own and the ids joined: the head, each step, the
+      step's ``tag`` (alone, when the format has one) and ``between``. TRL's ``tokenize_row``
+      (with ``bos="always"``: TRL puts ``bos_token_id`` first whenever the tokenizer has one), and
+      prmkit's own format (what its trained models saw). A saved format without the field is
+      ``pieces``, as every format was before the field existed.
+* ``strip``: each step's surrounding whitespace is stripped first (Math-Shepherd's data and
+  RLHFlow's recipe hold stripped steps; a trailing space would merge with the tag's).
+* the **marker** put before each step (``marker``, with ``{n}`` the 1-based step number), unless
+  the step already starts with it: ``"Step {n}: "`` for Math-Shepherd, whose model was trained
+  on ``Step 1: ... ки\nStep 2: ... ки`` (the text its model card scores, and the text
+  ``prmkit convert --to math-shepherd`` writes).
+
 Token ids are never hard-coded: :meth:`StepFormat.bind` looks them up in the tokenizer when the
 model loads, giving a :class:`BoundFormat`.
 
-The ids are built piece by piece (each piece is tokenised on its own and the ids concatenated),
-so the ids of a solution's first k steps are a prefix of the ids of the whole solution. That is
-what makes one-pass scoring equal per-prefix scoring for a causal model, and what lets search
-reuse the key-value cache of a prefix.
+Prefixes. Under ``pieces`` the ids of a solution's first k steps are a prefix of the ids of the
+whole solution by construction; under ``whole`` they usually are, but a tokenizer may merge
+across the boundary, so search checks it per solution and falls back
+(:mod:`prmkit.models.incremental`).
+
+Steps that hold the tag. A step whose text contains the format's tag (``ки``, ``<extra_0>``)
+would be read at the wrong places (Math-Shepherd's and Qwen's recipes read every tag id, so
+such a step is read twice). prmkit reads each step exactly once, at the tag it puts after the
+step, in training and in scoring alike (both go through :meth:`BoundFormat.encode`), and logs a
+warning that names the step and the start of its problem.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.wholetext import whole_text_ids
+
+log = logging.getLogger("prmkit")
 
 LAYOUTS = ("text", "chat", "turns")
 READINGS = ("label-tokens", "classes", "value", "log-ratio")
+TOKENIZE = ("pieces", "whole")
+READS = ("end", "tag-id")
+BOS = ("tokenizer", "always", "none")
 FORMAT_FILE = "prmkit_format.json"
 
 
@@ -66,6 +99,12 @@ class StepFormat:
     negative: str | None = None
     positive_class: int = 1
     description: str = ""
+    tag: str = ""               # after each step (after ``step``); the step is read at its last token
+    marker: str = ""            # before step n ({n}) unless the step starts with it
+    tokenize: str = "pieces"    # pieces | whole (see the module docstring)
+    read: str = "end"           # end | tag-id
+    bos: str = "tokenizer"      # tokenizer (its own special tokens) | always (bos_token_id first) | none
+    strip: bool = False         # strip each step's surrounding whitespace first
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -84,6 +123,16 @@ class StepFormat:
         if self.layout == "turns" and not self.between:
             raise PrmkitError(f"step format {self.name!r}: layout turns needs 'between' "
                               f"(the assistant's reply after each step)")
+        for fld, value, known in (("tokenize", self.tokenize, TOKENIZE), ("read", self.read, READS),
+                                  ("bos", self.bos, BOS)):
+            if value not in known:
+                raise PrmkitError(f"step format {self.name!r}: {fld} {value!r} is not one of "
+                                  f"{', '.join(known)}")
+        if self.read == "tag-id" and not (self.tag and self.tokenize == "whole"):
+            raise PrmkitError(f"step format {self.name!r}: read tag-id needs a 'tag' and "
+                              f"tokenize whole")
+        if self.marker and "{n}" not in self.marker:
+            raise PrmkitError(f"step format {self.name!r}: 'marker' must contain {{n}}")
 
     # -- persistence: a trained model stores its format beside its weights -------------------
     def to_dict(self) -> dict[str, Any]:
@@ -116,26 +165,39 @@ class StepFormat:
 
 PRESETS: dict[str, StepFormat] = {
     "math-shepherd": StepFormat(
-        name="math-shepherd", layout="text", prefix="{problem} ", step="{step} ки", between="\n",
+        name="math-shepherd", layout="text", prefix="{problem} ", step="{step}", tag=" ки",
+        between="\n", marker="Step {n}: ", strip=True, tokenize="whole", read="tag-id",
         reading="label-tokens", positive="+", negative="-",
-        description="Math-Shepherd (Wang et al., 2023) and OpenRLHF: ' ки' after each step, "
-                    "read P('+') against P('-') at the tag."),
+        description="Math-Shepherd (Wang et al., 2023; peiyi9979/math-shepherd-mistral-7b-prm) "
+                    "and OpenRLHF: its model card's text, f'{question} {output}' with each step "
+                    "stripped and written 'Step k: STEP ки' (the 'Step k: ' is added to a step "
+                    "that does not start with it: the model was trained on such text, and "
+                    "ProcessBench's steps have none), steps on separate lines, "
+                    "tokenised in one call; P('+') against P('-') read wherever the id is the "
+                    "tag's."),
     "qwen-prm": StepFormat(
         name="qwen-prm", layout="chat",
         system="Please reason step by step, and put your final answer within \\boxed{}.",
-        prefix="{problem}", step="{step}<extra_0>", reading="classes", positive_class=1,
+        prefix="{problem}", step="{step}", tag="<extra_0>", tokenize="whole", read="tag-id",
+        reading="classes", positive_class=1,
         description="Qwen2.5-Math-PRM (Zhang et al., 2025): the steps in the assistant turn of "
-                    "the chat template, '<extra_0>' after each, read class 1 of a 2-class head."),
+                    "the chat template, '<extra_0>' after each, the whole text tokenised in one "
+                    "call; class 1 of a 2-class head read at the '<extra_0>' ids."),
     "trl": StepFormat(
-        name="trl", layout="text", prefix="{problem}", step="{step}\n", reading="classes",
-        positive_class=1,
-        description="TRL PRMTrainer: token classification at the last token of step plus "
-                    "separator ('\\n'); no separator between prompt and first step."),
+        name="trl", layout="text", prefix="{problem}", step="{step}", tag="\n",
+        tokenize="pieces", bos="always", reading="classes", positive_class=1,
+        description="TRL PRMTrainer (tokenize_row): the prompt, each step and the separator "
+                    "'\\n' tokenised on their own and joined, the tokenizer's BOS first whenever "
+                    "it has one; token classification at the separator's last token. No "
+                    "separator between prompt and first step."),
     "rlhflow": StepFormat(
         name="rlhflow", layout="turns", first_turn="{problem} {step}", step="{step}",
-        between="+", reading="label-tokens", positive="+", negative="-",
-        description="RLHFlow PRMs (Xiong et al., 2024): each step a user turn, the assistant "
-                    "replies '+'; read P('+') against P('-') where the reply starts."),
+        between="+", strip=True, tokenize="whole", read="end", bos="none", reading="label-tokens",
+        positive="+", negative="-",
+        description="RLHFlow PRMs (Xiong et al., 2024; math-rm/prm_evaluate.py): each step a "
+                    "user turn (stripped) answered '+', the conversation rendered by the chat "
+                    "template and tokenised whole; P('+') against P('-') read at the token "
+                    "before each '+' (its recipe's position -3)."),
     "prmkit": StepFormat(
         name="prmkit", layout="text", prefix="{problem}\n\n", step="{step} ки", between="\n\n",
         reading="classes", positive_class=1,
@@ -179,8 +241,11 @@ class Encoded:
     """One solution as token ids, with where each step's score is read.
 
     ``read_positions[k]`` is the index in ``input_ids`` of the token whose output scores step k.
-    ``step_ends[k]`` is the length of the ids that cover the problem and steps 0..k (the ids of
-    that prefix are exactly ``input_ids[:step_ends[k]]``). When the solution was truncated to a
+    ``step_ends[k]`` is the length of the ids that cover the problem and steps 0..k, up to step
+    k's read position (``read_positions[k] + 1``). Under ``tokenize="pieces"`` the ids of that
+    prefix encoded alone are exactly ``input_ids[:step_ends[k]]``; under ``"whole"`` they
+    usually are, and whoever relies on it checks (search's KV reuse does, per solution, and
+    falls back). When the solution was truncated to a
     maximum length, steps that no longer fit are missing from both lists: ``n_steps`` says how
     many steps the solution has.
     """
@@ -201,6 +266,8 @@ class BoundFormat:
     positive_id: int | None = field(init=False, default=None)
     negative_id: int | None = field(init=False, default=None)
     bos: list[int] = field(init=False, default_factory=list)
+    tag_id: int | None = field(init=False, default=None)
+    _warned: set = field(init=False, default_factory=set, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         fmt, tok = self.format, self.tokenizer
@@ -213,18 +280,34 @@ class BoundFormat:
         if fmt.layout in ("chat", "turns") and not getattr(tok, "chat_template", None):
             raise PrmkitError(f"step format {fmt.name!r} uses the chat template, but this "
                               f"tokenizer has none (use a text format such as math-shepherd)")
-        if fmt.layout == "text":
-            bos_id = getattr(tok, "bos_token_id", None)
+        bos_id = getattr(tok, "bos_token_id", None)
+        if fmt.bos == "always":
+            self.bos = [bos_id] if bos_id is not None else []
+        elif fmt.bos == "tokenizer" and (fmt.layout == "text" or fmt.tokenize == "whole"):
             probe = tok("a", add_special_tokens=True)["input_ids"]
             if bos_id is not None and probe and probe[0] == bos_id:
                 self.bos = [bos_id]
+        if fmt.read == "tag-id":
+            ids = tok(fmt.tag, add_special_tokens=False)["input_ids"]
+            if not ids:
+                raise PrmkitError(f"step format {fmt.name!r}: the tag {fmt.tag!r} has no tokens")
+            self.tag_id = int(ids[-1])
 
     # -- the pieces of text, before tokenisation ------------------------------------------------
+    def step_text(self, k: int, step: str) -> str:
+        """Step k's own text: its marker (unless it starts with it), the ``step`` template."""
+        if self.format.strip:
+            step = step.strip()
+        marker = self.format.marker.format(n=k + 1) if self.format.marker else ""
+        if marker and not step.startswith(marker.rstrip()):
+            step = marker + step
+        return self.format.step.format(step=step)
+
     def pieces(self, problem: str, steps: Sequence[str]) -> tuple[str, list[str], list[str]]:
         """(head, step_pieces, betweens): the text is head + piece_0 + between_0 + piece_1 ...
 
-        Each step's score is read at the last token of its piece. ``betweens[k]`` follows
-        piece k and precedes piece k+1 (there are len(steps) - 1 of them).
+        Each step's score is read at the last token of its piece (which ends with the tag).
+        ``betweens[k]`` follows piece k and precedes piece k+1 (there are len(steps) - 1).
         """
         fmt = self.format
         if fmt.layout == "turns":
@@ -236,7 +319,7 @@ class BoundFormat:
                                                       add_generation_prompt=True)
         else:
             head = fmt.prefix.format(problem=problem)
-        step_pieces = [fmt.step.format(step=s) for s in steps]
+        step_pieces = [self.step_text(k, s) + fmt.tag for k, s in enumerate(steps)]
         return head, step_pieces, [fmt.between] * max(len(steps) - 1, 0)
 
     def _turn_pieces(self, problem: str, steps: Sequence[str]) -> tuple[str, list[str], list[str]]:
@@ -249,7 +332,8 @@ class BoundFormat:
         step_pieces: list[str] = []
         betweens: list[str] = []
         for k, s in enumerate(steps):
-            content = fmt.first_turn.format(problem=problem, step=s) if k == 0 else fmt.step.format(step=s)
+            content = (fmt.first_turn.format(problem=problem, step=self.step_text(k, s)) if k == 0
+                       else self.step_text(k, s))
             messages.append({"role": "user", "content": content})
             asked = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             if not asked.startswith(rendered):
@@ -261,34 +345,39 @@ class BoundFormat:
             if not replied.startswith(asked):
                 raise PrmkitError(f"step format {fmt.name!r}: the chat template is not "
                                   f"prefix-stable, so steps cannot be scored in one pass")
-            if k < len(steps) - 1:
-                betweens.append(replied[len(asked):])
+            # the whole text holds every reply, the last one too (RLHFlow's recipe renders it,
+            # and a tokenizer may merge the characters before the reply with it)
+            betweens.append(replied[len(asked):])
             rendered = replied
         return "", step_pieces, betweens
 
+    def text(self, problem: str, steps: Sequence[str]) -> tuple[str, list[int]]:
+        """The whole text and, for each step, the offset just past its piece (its read point)."""
+        head, step_pieces, betweens = self.pieces(problem, steps)
+        if self.format.layout != "turns":
+            betweens = betweens + [""]
+        parts, ends, n = [head], [], len(head)
+        for piece, between in zip(step_pieces, betweens):
+            n += len(piece)
+            ends.append(n)
+            n += len(between)
+            parts += [piece, between]
+        return "".join(parts), ends
+
     def encode(self, problem: str, steps: Sequence[str], max_length: int | None = None) -> Encoded:
-        """Token ids of (problem, steps) and the positions where each step is scored.
+        """Token ids of (problem, steps) and the positions where each step is scored, by the
+        format's tokenisation rule (see the module docstring).
 
         With ``max_length``, the ids are cut to that length and only the steps whose read
         position still fits are kept in ``read_positions`` (never misaligned: step k is always
         ``read_positions[k]``).
         """
-        head, step_pieces, betweens = self.pieces(problem, steps)
-        texts = [head] + [t for pair in zip(step_pieces, betweens + [""]) for t in pair]
-        nonempty = [t for t in texts if t]
-        # no steps under the turns layout leaves no text at all (the problem is in step 0's turn)
-        ids_of = dict(zip(nonempty, self.tokenizer(nonempty, add_special_tokens=False)["input_ids"])) \
-            if nonempty else {}
-        ids: list[int] = list(self.bos) + list(ids_of.get(head, []))
-        read_positions: list[int] = []
-        step_ends: list[int] = []
-        for piece, between in zip(step_pieces, betweens + [""]):
-            ids.extend(ids_of.get(piece, []))
-            if not piece or not ids_of.get(piece):
-                raise PrmkitError(f"step format {self.format.name!r}: a step piece has no tokens")
-            read_positions.append(len(ids) - 1)
-            step_ends.append(len(ids))
-            ids.extend(ids_of.get(between, []))
+        self._check_tags(problem, steps)
+        if self.format.tokenize == "whole":
+            ids, read_positions = self._encode_whole(problem, steps)
+        else:
+            ids, read_positions = self._encode_pieces(problem, steps)
+        step_ends = [p + 1 for p in read_positions]
         if step_ends:
             ids = ids[:step_ends[-1]]  # nothing after the last step's read point is needed
         enc = Encoded(ids, read_positions, step_ends, n_steps=len(steps))
@@ -297,6 +386,56 @@ class BoundFormat:
             enc = Encoded(ids[:max_length], read_positions[:keep], step_ends[:keep],
                           n_steps=len(steps), truncated=True)
         return enc
+
+    def _encode_pieces(self, problem: str, steps: Sequence[str]) -> tuple[list[int], list[int]]:
+        """Each piece tokenised on its own (the step, its tag and the separator apart)."""
+        fmt = self.format
+        head, step_pieces, betweens = self.pieces(problem, steps)
+        if fmt.layout == "turns":
+            betweens = betweens[:-1]
+        if fmt.tag and fmt.layout != "turns":   # the tag is a piece of its own
+            step_parts = [[p[:len(p) - len(fmt.tag)], fmt.tag] for p in step_pieces]
+        else:
+            step_parts = [[p] for p in step_pieces]
+        texts = [head] + [t for parts in step_parts for t in parts] + betweens
+        nonempty = list(dict.fromkeys(t for t in texts if t))
+        # no steps under the turns layout leaves no text at all (the problem is in step 0's turn)
+        ids_of = dict(zip(nonempty, self.tokenizer(nonempty, add_special_tokens=False)["input_ids"])) \
+            if nonempty else {}
+        ids: list[int] = list(self.bos) + list(ids_of.get(head, []))
+        read_positions: list[int] = []
+        for parts, between in zip(step_parts, betweens + [""]):
+            for part in parts:
+                ids.extend(ids_of.get(part, []))
+            if not ids_of.get(parts[-1]):
+                raise PrmkitError(f"step format {fmt.name!r}: a step piece has no tokens")
+            read_positions.append(len(ids) - 1)
+            ids.extend(ids_of.get(between, []))
+        return ids, read_positions
+
+    def _encode_whole(self, problem: str, steps: Sequence[str]) -> tuple[list[int], list[int]]:
+        """The whole text in one call, read by the format's rule (:mod:`prmkit.wholetext`)."""
+        fmt = self.format
+        text, ends = self.text(problem, steps)
+        if not text:
+            return list(self.bos), []
+        return whole_text_ids(self.tokenizer, text, ends, special_tokens=(fmt.bos == "tokenizer"),
+                              bos=self.bos if fmt.bos == "always" else [],
+                              tag_id=self.tag_id if fmt.read == "tag-id" else None,
+                              name=fmt.name, problem=problem)
+
+    def _check_tags(self, problem: str, steps: Sequence[str]) -> None:
+        """Warn, once per step, about a step holding the format's tag (the module docstring)."""
+        fmt = self.format
+        tag = (fmt.tag or fmt.step.split("{step}", 1)[1]).strip()
+        k = next((k for k, s in enumerate(steps) if tag and tag in s), None)
+        if k is None or (problem, k, steps[k]) in self._warned:   # not once per prefix read
+            return
+        if len(self._warned) < 10000:
+            self._warned.add((problem, k, steps[k]))
+        log.warning("step format %r: step %d of the solution to %r holds the tag %r; prmkit "
+                    "reads each step once, at the tag it adds after the step (the model's own "
+                    "recipe would also read the tag in the step)", fmt.name, k, problem[:60], tag)
 
 
 def _single_token(tokenizer: Any, text: str | None, name: str) -> int:

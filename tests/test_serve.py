@@ -131,7 +131,8 @@ def test_get_reward_answers_openrlhf(prm):
         logs = body["extra_logs"]
         assert logs["prm_num_steps"] == [2, 4]
         assert all(len(v) == 2 for v in logs.values())
-        rows = logs["prm_step_scores"]
+        assert all(isinstance(x, (int, float)) for v in logs.values() for x in v)
+        rows = body["step_scores_padded"]
         assert [len(r) for r in rows] == [128, 128] and rows[0][2:] == [-1.0] * 126
         assert close([r[:n] for r, n in zip(rows, [2, 4])], offline)
         # no prompts: the first blank-line piece is the problem (the acceptance check's body)

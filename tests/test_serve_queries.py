@@ -60,9 +60,10 @@ def test_rewards_hand_worked():
     assert math.isclose(logs["prm_prod"][0], 0.9 * 0.5 * 0.8)
     assert math.isclose(logs["prm_mean"][0], (0.9 + 0.5 + 0.8) / 3)
     assert logs["prm_num_steps"] == [3, 0, 2]
-    assert logs["prm_step_scores"] == [[0.9, 0.5, 0.8, PAD_SCORE], [PAD_SCORE] * 4,
-                                       [0.6, PAD_SCORE, PAD_SCORE, PAD_SCORE]]
-    assert all(len(v) == 3 for v in logs.values())    # one entry per query, for torch.cat
+    assert out["step_scores_padded"] == [[0.9, 0.5, 0.8, PAD_SCORE], [PAD_SCORE] * 4,
+                                         [0.6, PAD_SCORE, PAD_SCORE, PAD_SCORE]]
+    # one number per query in every extra_logs value (OpenRLHF's per-sample metrics)
+    assert all(len(v) == 3 and all(isinstance(x, (int, float)) for x in v) for v in logs.values())
     assert rewards_from_scores([[0.9, 0.5]], "last", 2)["rewards"] == [0.5]
     with pytest.raises(PrmkitError):
         rewards_from_scores([[0.1, 0.2, 0.3]], "min", width=2)

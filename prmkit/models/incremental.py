@@ -17,15 +17,20 @@ Two scorers, one contract (:class:`PrefixScorer`):
   Over an HFPRM it is the *reference mode* of the incremental scorer: the tests show both give
   the same scores (to 1e-4 in float32).
 
-Why reuse is exact. The step format builds ids piece by piece
-(:meth:`prmkit.stepformat.BoundFormat.encode`), so the ids of a solution's first k steps are a
-prefix of the ids of its first k+1 steps, and in a causal model a token's output depends only
-on the tokens before it. The scorer does not take this on trust: it encodes every grown solution
-with the step format and checks that the parent's ids are a prefix of the child's. When they
-are not (a format whose text after the last step depends on which step is last, such as a chat
-layout that closes the assistant turn), that child is read from scratch, and counted in
-``fallbacks``. Bidirectional models (BERT-like) and models with sliding-window attention
-cannot reuse a cache at all: :func:`prefix_scorer` gives them the rescoring scorer.
+Why reuse is exact. In a causal model a token's output depends only on the tokens before it,
+so a child may reuse its parent's cache for every leading id the two share. A format that
+tokenises piece by piece makes the parent's ids a prefix of the child's by construction; one
+that tokenises the whole text in one call (the public recipes: Math-Shepherd, Qwen, RLHFlow;
+:meth:`prmkit.stepformat.BoundFormat.encode`) usually does, but a tokenizer may merge the
+last token of the parent with what the child adds. The scorer takes neither on trust: it
+encodes every grown solution with the step format and compares the parent's ids with the
+child's, per solution. When the parent's ids are not all a prefix of the child's, the child
+reuses the cache of the ids they do share (read from scratch when they share none) and is
+counted in ``fallbacks`` (``partial`` counts those that still reused a part). A root is the
+problem's ids before the first step; under a whole-text format its last token is left out
+(the text before a step often ends in a space or newline that the step's first token takes).
+Bidirectional models (BERT-like) and models with sliding-window attention cannot reuse a
+cache at all: :func:`prefix_scorer` gives them the rescoring scorer.
 
 Batching. All items of one ``extend`` call go through the model together, in batches of at
 most a quarter of the PRM's token budget (rows x (cached + new) tokens, since every row holds a
@@ -188,6 +193,7 @@ class IncrementalPRM:
         self.computed: int = 0      # including padding
         self.forwards: int = 0
         self.fallbacks: int = 0     # children whose parent's ids were not a prefix of theirs
+        self.partial: int = 0       # ... of which reused the cache of the ids they share
         # Rows x (cached + new) tokens per forward: a quarter of the PRM's budget, because each
         # row carries its own copy of its prefix's cache (~23 KB a token for SmolLM2 in bf16).
         self.budget = max(1024, prm.config.token_budget // 4)
@@ -216,11 +222,17 @@ class IncrementalPRM:
                 out[j] = Prefix(parent.problem, steps, parent.scores + (None,), 0, parent, enc.input_ids)
                 continue
             child = Prefix(parent.problem, steps, parent.scores, 0, parent, list(enc.input_ids))
-            read, start = enc.read_positions[-1], len(parent.ids)
-            if parent.kv is not None and child.ids[:start] == parent.ids and read >= start:
-                members.append(_Member(j, child, child.ids[start:], read - start, parent))
+            read = enc.read_positions[-1]
+            shared = min(_shared(parent.ids, child.ids), read)
+            if parent.kv is not None and shared == len(parent.ids):
+                members.append(_Member(j, child, child.ids[shared:], read - shared, parent, shared))
             elif not parent.ids and parent.kv is None:   # nothing before the first step
+                child.parent = None
                 members.append(_Member(j, child, child.ids, read, None))
+            elif parent.kv is not None and shared > 0:   # reuse the ids both have
+                self.fallbacks += 1
+                self.partial += 1
+                members.append(_Member(j, child, child.ids[shared:], read - shared, parent, shared))
             else:                                        # read from scratch
                 self.fallbacks += 1
                 child.parent = None
@@ -253,12 +265,12 @@ class IncrementalPRM:
     def _read(self, batch: list["_Member"], out: list[Prefix | None]) -> None:
         """One forward pass: each member's new ids on top of its base's cache, left-padded to
         the longest cache; read the new step's score, keep each member's cache segment."""
-        pasts: dict[int, list[tuple[Any, Any]]] = {}
+        pasts: dict[tuple[int, int], list[tuple[Any, Any]]] = {}
         for m in batch:
-            if m.base is not None and id(m.base) not in pasts:
-                pasts[id(m.base)] = _path_cache(m.base)
+            if m.base is not None and (id(m.base), m.past) not in pasts:
+                pasts[(id(m.base), m.past)] = _path_cache(m.base, m.past)
         cache, probs = self._forward([m.ids for m in batch], [m.col for m in batch],
-                                     [pasts.get(id(m.base), []) for m in batch])
+                                     [pasts.get((id(m.base), m.past), []) for m in batch])
         width = max(m.past for m in batch)
         for b, m in enumerate(batch):
             m.child.kv = _segment(cache, b, width, width + len(m.ids))
@@ -321,10 +333,13 @@ class _Member:
     ids: list[int]
     col: int
     base: Prefix | None
+    shared: int | None = None   # how many of the base's leading ids the child reuses (all)
 
     @property
     def past(self) -> int:
-        return len(self.base.ids) if self.base is not None else 0
+        if self.base is None:
+            return 0
+        return len(self.base.ids) if self.shared is None else self.shared
 
 
 def release(prefix: Prefix) -> None:
@@ -335,10 +350,23 @@ def release(prefix: Prefix) -> None:
 
 
 def head_ids(bound: Any, problem: str) -> list[int]:
-    """The ids before the first step: ``encode(problem, [])``, or only the BOS token (if any)
-    when the format puts nothing before the first step (the ``turns`` layout)."""
-    head, _, _ = bound.pieces(problem, [])
-    return list(bound.encode(problem, []).input_ids) if head else list(bound.bos)
+    """The ids before the first step: ``encode(problem, [])`` (only the BOS token, if any,
+    when the format puts nothing before the first step: the ``turns`` layout). Under a
+    whole-text format the head's last token is left out: it is often a space or newline that
+    the first step's first token takes in the whole text."""
+    ids = list(bound.encode(problem, []).input_ids)
+    if getattr(bound.format, "tokenize", "pieces") == "whole" and len(ids) > len(bound.bos):
+        ids = ids[:-1]
+    return ids
+
+
+def _shared(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
 
 
 def _segment(cache: Any, row: int, start: int, end: int) -> list[tuple[Any, Any]]:
@@ -347,18 +375,24 @@ def _segment(cache: Any, row: int, start: int, end: int) -> list[tuple[Any, Any]
             for layer in cache.layers]
 
 
-def _path_cache(prefix: Prefix) -> list[tuple[Any, Any]]:
-    """The cache of all of ``prefix``'s ids, put together from its segments and its ancestors'."""
+def _path_cache(prefix: Prefix, upto: int | None = None) -> list[tuple[Any, Any]]:
+    """The cache of ``prefix``'s first ``upto`` ids (default all), put together from its
+    segments and its ancestors' (a segment covers ``ids[kv_start:]`` of its own prefix; a child
+    that reused only part of its parent's ids starts its segment there)."""
     import torch
 
+    need = len(prefix.ids) if upto is None else upto
     segments = []
     node: Prefix | None = prefix
-    while node is not None:
-        if node.kv is None:
+    while need > 0:
+        if node is None or node.kv is None:
             raise PrmkitError("internal: a prefix on the path has no cache")
-        segments.append(node.kv)
-        if node.kv_start == 0:
-            break
+        if node.kv_start < need:
+            seg = node.kv
+            if need - node.kv_start < seg[0][0].shape[2]:
+                seg = [(k[:, :, :need - node.kv_start], v[:, :, :need - node.kv_start]) for k, v in seg]
+            segments.append(seg)
+            need = node.kv_start
         node = node.parent
     segments.reverse()
     if len(segments) == 1:

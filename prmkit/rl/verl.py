@@ -23,8 +23,21 @@ The PRM and the reward mode come from the environment, read once per process:
 ``PRMKIT_PRM_WEIGHT``        weight of the PRM term (default 1.0)
 ``PRMKIT_TOKEN``             bearer token for a remote PRM
 
-The problem the PRM reads is ``extra_info["question"]`` (what verl's GSM8K preprocessing
-stores) or ``extra_info["problem"]``. The returned dict: ``score``, ``acc`` (1.0 / 0.0),
+The problem text. verl calls ``compute_score(data_source=..., solution_str=...,
+ground_truth=..., extra_info=...)`` (``verl/workers/reward_manager/naive.py`` and the reward
+loop's ``naive.py``): ``solution_str`` is the decoded response alone, without the prompt, and
+``extra_info`` is the dataset row's ``extra_info`` plus ``num_turns`` and
+``rollout_reward_scores``. So the problem reaches the reward function only if the dataset put
+it in ``extra_info``. The PRM reads ``extra_info["question"]`` (what verl's GSM8K preprocessing,
+``examples/data_preprocess/gsm8k.py``, stores), else ``extra_info["problem"]``, else
+``extra_info["prompt"]`` (a string, or chat messages: the last user turn). verl's MATH
+preprocessing (``examples/data_preprocess/math_dataset.py``) stores only ``{"split", "index"}``;
+the one-line change there, as GSM8K does::
+
+    "extra_info": {"split": split, "index": idx, "question": question},
+
+Without it a PRM reward raises an error that says so (the outcome reward needs no problem).
+The returned dict: ``score``, ``acc`` (1.0 / 0.0),
 ``prm`` (the aggregated PRM score, or -1.0 without a PRM) and ``n_steps``. Per-step PRM rewards
 need a token-level reward in verl's PPO; see :mod:`prmkit.rl.shaping` for the shaped token
 rewards.
@@ -54,14 +67,28 @@ def reward_from_env() -> ProcessReward:
     return _REWARD
 
 
+MISSING_PROBLEM = (
+    "verl reward: extra_info has no problem text for the PRM to read (keys: {keys}). verl "
+    "passes only the response as solution_str; put the problem in the dataset's extra_info, "
+    "as verl's GSM8K preprocessing does ('question'). For verl's MATH preprocessing "
+    "(examples/data_preprocess/math_dataset.py) the one-line change is: "
+    "\"extra_info\": {{\"split\": split, \"index\": idx, \"question\": question}}")
+
+
 def _problem(extra_info: Any, solution_str: str) -> str:
     info = extra_info if isinstance(extra_info, dict) else {}
-    for key in ("question", "problem", "prompt"):
+    for key in ("question", "problem"):
         if isinstance(info.get(key), str):
             return info[key]
+    prompt = info.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, (list, tuple)):   # chat messages, as verl's datasets store the prompt
+        users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        if users and isinstance(users[-1], str):
+            return users[-1]
     if reward_from_env().config.uses_prm:
-        raise PrmkitError("verl reward: extra_info needs the problem text under 'question' or "
-                          "'problem' for a PRM to read")
+        raise PrmkitError(MISSING_PROBLEM.format(keys=", ".join(sorted(map(str, info))) or "none"))
     return ""
 
 

@@ -13,8 +13,12 @@ clients that cannot set headers such as OpenRLHF, when the server has a token):
     a solution without a scored step gets null.
 ``POST /get_reward``
     OpenRLHF's remote reward model: ``{"query", "prompts"?, "labels"?}`` -> ``{"rewards",
-    "scores", "extra_logs", "step_scores"}``; see :mod:`prmkit.serve.queries` for how a query is
-    cut and what the logs hold. ``"return_steps": true`` adds ``"problems"`` and ``"steps"``.
+    "scores", "extra_logs", "step_scores", "step_scores_padded"}``. Every ``extra_logs`` value
+    holds one number per query (what OpenRLHF's PPO step turns into per-sample metrics); the
+    per-step scores are in ``step_scores`` (ragged, null = not scored) and
+    ``step_scores_padded`` (-1.0 to ``max_steps``). See :mod:`prmkit.serve.queries` for how a
+    query is cut and what the logs hold. ``"return_steps": true`` adds ``"problems"`` and
+    ``"steps"``.
 ``GET /health``
     ``{"status": "ok", "model", "format", "kind", "queue", "batching"}``.
 

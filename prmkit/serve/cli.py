@@ -26,7 +26,7 @@ def add_serve(sub: Any) -> None:
                            "the client is `prmkit score --model http://HOST:PORT`"),
         ("POST /get_reward", "OpenRLHF's remote reward model (--remote_rm_url "
                              "http://HOST:PORT/get_reward): query [+ prompts, labels] -> "
-                             "rewards, scores, extra_logs with the per-step scores"),
+                             "rewards, scores, extra_logs (one number per query), step_scores"),
         ("GET /health", "status, model, queue and batching figures")]
     listing = "\n".join(textwrap.fill(text, 88, initial_indent=f"  {name:<17} ",
                                       subsequent_indent=" " * 20) for name, text in endpoints)

@@ -42,7 +42,7 @@ class ServeConfig:
         "help": "most solutions in one request (413 above; at most --max-queue)"})
     max_steps: int = field(default=128, metadata={
         "help": "most steps in one solution (422 above); also the width of the per-step rows "
-                "in /get_reward's extra_logs"})
+                "in /get_reward's step_scores_padded"})
     max_tokens: int | None = field(default=None, metadata={
         "help": "most tokens in one encoded solution (422 above); default and ceiling: the "
                 "model's maximum length, so no step is ever cut off"})

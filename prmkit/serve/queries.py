@@ -8,10 +8,16 @@ OpenRLHF's remote reward model (``--remote_rm_url http://HOST:PORT/get_reward``)
 (so it may hold the chat template's markup and an end-of-turn token); ``prompts[i]`` is the
 prompt it was generated from; ``labels[i]`` the dataset's reference answer (prmkit's PRM does
 not need it: labels are accepted and ignored). It expects
-``{"rewards": [...], "scores": [...], "extra_logs": {...}}``, and turns every value, including
-each ``extra_logs`` entry, into a tensor whose first dimension is the batch, concatenated
-across calls (``torch.as_tensor`` then ``torch.cat``). So every ``extra_logs`` value here is a
-list with one entry per query, rectangular, with the same width in every call.
+``{"rewards": [...], "scores": [...], "extra_logs": {...}}``. Its current PPO step (OpenRLHF
+main: ``openrlhf/utils/agent.py`` posts one query per request; ``samples_generator.py`` makes
+``info[key] = torch.tensor([value])`` of every ``extra_logs`` entry; the experience batch and
+the actor's metric merge, ``ppo_actor.py``, turn the per-sample values into one float tensor)
+accepts exactly one number per query in each ``extra_logs`` value: a row per query fails there
+(``ValueError: only one element tensors can be converted to Python scalars``). So every
+``extra_logs`` value here is a list of numbers, one per query, and the per-step scores go in
+fields of their own: ``step_scores`` (one list per query, null for a step that was not scored)
+and ``step_scores_padded`` (rows padded with -1.0 to the server's ``max_steps``, the same
+width in every call).
 
 How a query is cut (:func:`split_query`), the documented rule:
 
@@ -59,7 +65,7 @@ _ASSISTANT_HEADERS = ["<|im_start|>assistant\n", "<|start_header_id|>assistant<|
 # End-of-turn and end-of-text tokens dropped from the end of a response: the policy's, as
 # decoded with the special tokens kept (prmkit's generators' end tokens, and a few more).
 END_MARKERS = END_TOKENS + ("</s>", "<|end_of_text|>", "<\uff5cend\u2581of\u2581sentence\uff5c>")
-PAD_SCORE = -1.0  # in extra_logs' step score rows: no such step, or a step that was not scored
+PAD_SCORE = -1.0  # in step_scores_padded: no such step, or a step that was not scored
 
 
 def problem_from_prompt(prompt: str) -> str:
@@ -118,19 +124,21 @@ def safe_aggregate(scores: Sequence[float | None], how: str) -> float | None:
 
 def rewards_from_scores(step_scores: Sequence[Sequence[float | None]], reward: str,
                         width: int) -> dict[str, Any]:
-    """The ``/get_reward`` answer for these step scores: ``rewards``, ``scores``, and
-    ``extra_logs`` with one entry per solution in every value:
+    """The ``/get_reward`` answer for these step scores: ``rewards``, ``scores``,
+    ``extra_logs`` with one number per solution in every value:
 
     * ``prm_<rule>`` for every aggregate rule (0.0 when no step was scored);
     * ``prm_num_steps``: the number of steps;
-    * ``prm_step_scores``: the step scores, padded with -1.0 to ``width`` (the server's
-      maximum steps per solution), so rows have the same width in every call.
+
+    and ``step_scores_padded``: the step scores, padded with -1.0 to ``width`` (the server's
+    maximum steps per solution), so rows have the same width in every call. (The ragged
+    ``step_scores`` are added by the endpoint.)
     """
     if reward not in AGGREGATES:
         raise PrmkitError(f"unknown reward rule {reward!r} (known: {', '.join(AGGREGATES)})")
     logs: dict[str, list[Any]] = {f"prm_{how}": [] for how in AGGREGATES}
     logs["prm_num_steps"] = []
-    logs["prm_step_scores"] = []
+    padded: list[list[float]] = []
     for row in step_scores:
         if len(row) > width:
             raise PrmkitError(f"{len(row)} steps do not fit in {width} columns")
@@ -138,7 +146,7 @@ def rewards_from_scores(step_scores: Sequence[Sequence[float | None]], reward: s
             value = safe_aggregate(row, how)
             logs[f"prm_{how}"].append(0.0 if value is None else value)
         logs["prm_num_steps"].append(len(row))
-        logs["prm_step_scores"].append([PAD_SCORE if s is None else s for s in row]
-                                       + [PAD_SCORE] * (width - len(row)))
+        padded.append([PAD_SCORE if s is None else s for s in row] + [PAD_SCORE] * (width - len(row)))
     rewards = list(logs[f"prm_{reward}"])
-    return {"rewards": rewards, "scores": list(rewards), "extra_logs": logs}
+    return {"rewards": rewards, "scores": list(rewards), "extra_logs": logs,
+            "step_scores_padded": padded}
