@@ -19,7 +19,7 @@ def base(tiny_base):
 def demo_args(base, out, *extra):
     return ["demo", "--base", base, "--output", str(out), "--train-problems", "6",
             "--train-n", "2", "--test-problems", "4", "--n", "4", "--search-problems", "2",
-            "--search-n", "2", "--beam-m", "2", "--last-k", "1", *extra]
+            "--beam-n", "1", "--beam-m", "1", "--last-k", "1", *extra]
 
 
 def test_demo_runs_every_stage_and_reports_what_it_measured(base, tmp_path, capsys):
@@ -64,7 +64,18 @@ def test_demo_runs_every_stage_and_reports_what_it_measured(base, tmp_path, caps
     spent = (sum(r.meta["mc"]["rollouts_spent"] for r in binary),
              sum(r.meta["mc"]["rollouts_spent"] for r in mc))
     assert f"({spent[0]} / {spent[1]})" in printed
-    assert [row["method"] for row in summary["search"]["rows"]] == ["best-of-n", "beam"]
+    assert [row["method"] for row in summary["search"]["rows"]] == ["beam", "best-of-n"]
+    # best-of-4B (4 of the 4 test candidates) is the PRM's pick among all of them
+    assert summary["search"]["rows"][1]["n"] == 4
+    # every claim is a verdict with its paired interval, printed as YES or NO
+    assert set(summary["claims"]) == {"prm_beats_majority", "prm_beats_orm", "gap_grows_with_n",
+                                      "beam_matches_4x_best_of_n"}
+    for name, claim in summary["claims"].items():
+        lo, hi = claim["ci95"]
+        assert lo <= claim["difference"] <= hi
+        assert claim["holds"] == (lo > (-5.0 if name.startswith("beam") else 0.0))
+    assert printed.count("claim: ") == 4 and ("YES: " in printed or "NO: " in printed)
+    assert summary["prm_step_auc"] == pytest.approx(by_pairs)
 
     # a rerun with the same settings reuses every stage and prints the same summary
     before = (out / "test_scored.jsonl").read_text()

@@ -37,14 +37,14 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.lab import summary
 from prmkit.records import Record, read_records, write_records
 
 # Stored with the settings: a folder written by another version of the stages starts again
 # rather than reusing files the current code would not make. 2: trainers' mixed batches, search
-# batches independent of memory addresses (2026-11-30).
-STAGES_VERSION = 2
-PRM_METHODS = ("prm-prod", "prm-min", "prm-last")
-BON_METHODS = PRM_METHODS + ("orm", "majority", "weighted-majority", "gold-prm", "oracle")
+# batches independent of memory addresses (2026-11-30). 3: beam at B against best-of-4B, the
+# claims (2026-12-01).
+STAGES_VERSION = 3
 
 
 @dataclass
@@ -55,7 +55,8 @@ class DemoConfig:
     seed: int = field(default=0, metadata={"help": "seed of the problems, the sampling and training"})
     train_problems: int = field(default=50, metadata={"help": "lab problems to train on"})
     train_n: int = field(default=4, metadata={"help": "candidates per training problem"})
-    test_problems: int = field(default=24, metadata={"help": "lab problems for best-of-N"})
+    test_problems: int = field(default=80, metadata={
+        "help": "lab problems for best-of-N (80 or more give the paired intervals their width)"})
     n: int = field(default=8, metadata={"help": "candidates per test problem (the largest N)"})
     min_steps: int = field(default=2, metadata={"help": "fewest operations per problem"})
     max_steps: int = field(default=5, metadata={"help": "most operations per problem"})
@@ -69,10 +70,18 @@ class DemoConfig:
     lr: float = field(default=3e-4, metadata={"help": "peak learning rate of both trainers"})
     epochs: int = field(default=1, metadata={"help": "passes over the training candidates"})
     batch_tokens: int = field(default=512, metadata={"help": "token budget of a training batch"})
-    search_problems: int = field(default=10, metadata={"help": "test problems for beam search"})
-    search_n: list[int] = field(default_factory=lambda: [4, 8], metadata={
-        "help": "widths of beam search and best-of-N compared at matched budgets"})
+    search_problems: int = field(default=40, metadata={
+        "help": "test problems for beam search (the first ones of the test set)"})
+    beam_n: int = field(default=2, metadata={
+        "help": "beam search width B, compared with best-of-N at 4B candidates (taken from the "
+                "test candidates when 4B <= --n, else sampled)"})
     beam_m: int = field(default=2, metadata={"help": "beam search: next steps sampled per beam"})
+    select: str = field(default="prm-prod", metadata={
+        "help": "how the PRM picks a candidate in the claims (prm-prod, prm-min, prm-last), "
+                "fixed before the run; prod is Let's Verify's choice"})
+    margin: float = field(default=5.0, metadata={
+        "help": "non-inferiority margin in points: beam search at B 'matches' best-of-4B when the "
+                "95%% interval of their difference lies above minus this"})
 
 
 def run(config: DemoConfig) -> int:
@@ -81,9 +90,44 @@ def run(config: DemoConfig) -> int:
     _prepare(out, config)
     say = _Printer()
     say(f"prmkit demo: the lab world, seed {config.seed}; files in {out}/")
+    world = _world(config, out, say)
+    labels = _labels(config, out, world, say)
+    prm_dir, orm_dir = os.path.join(out, "prm"), os.path.join(out, "orm")
+    _train(config, "prm", os.path.join(out, "train_mc.jsonl"), prm_dir, say)
+    _train(config, "orm", os.path.join(out, "train_candidates.jsonl"), orm_dir, say)
+    say.stage(3, f"trained a PRM (MC step labels) and an ORM (outcome labels) from {config.base}: "
+                 f"last {config.last_k} layers + head, {config.epochs} epoch(s) over "
+                 f"{len(world.train)} candidates, lr {config.lr}, batches of "
+                 f"{config.batch_tokens} tokens")
+    prm = _Lazy(lambda: _load(prm_dir))     # loaded once, for scoring and for search
+    scored = _stage(out, "test_scored.jsonl", lambda: _score(world.test, prm(), orm_dir,
+                                                             world.gold))
+    bon = summary.bestofn_stage(config, scored, say)
+    search = _stage_json(out, "search.json", lambda: _search(config, world, prm(), scored))
+    say.stage(5, f"search on {config.search_problems} problems: " + "; ".join(
+        f"{row['method']} n={row['n']} {row['accuracy']:.1f}% at {row['tokens']:.0f} tokens"
+        for row in search["rows"]))
+    result = summary.Results(config, scored, bon, labels, search, world.gold)
+    summary.finish(result, out, say, time.time() - t0)
+    return 0
 
-    # 1. problems and candidates -----------------------------------------------------------
-    from prmkit.lab import GoldPRM, LabConfig, gold_record, load_lab_policy, make_problems
+
+@dataclass
+class World:
+    """Stage 1's output: the problems, their candidates and the gold labels."""
+
+    train: list[Record]
+    test: list[Record]
+    test_problems: list[Record]
+    gold: dict[str, Record]
+    policy: Any
+    prompter: Any
+    policy_name: str
+
+
+def _world(config: DemoConfig, out: str, say: "_Printer") -> World:
+    """1. problems and candidates."""
+    from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
 
     policy_name = f"lab:{config.slip}:{config.confuse}"
     policy, prompter = load_lab_policy(policy_name)
@@ -98,78 +142,33 @@ def run(config: DemoConfig) -> int:
     say.stage(1, f"{len(train_p)} training problems x {config.train_n} candidates, "
                  f"{len(test_p)} test problems x {config.n}; {config.min_steps}-{config.max_steps} "
                  f"operations, policy {policy_name}: candidate accuracy "
-                 f"{_pct(100 * _mean(r.is_correct for r in train + test))}")
+                 f"{summary.pct(100 * summary.mean(r.is_correct for r in train + test))}")
+    return World(train, test, test_p, gold, policy, prompter, policy_name)
 
-    # 2. Monte Carlo labels against gold ----------------------------------------------------
+
+def _labels(config: DemoConfig, out: str, world: World, say: "_Printer") -> "summary.Labels":
+    """2. Monte Carlo labels, per step and by binary search, against the gold labels."""
     from prmkit.label.mc import MCConfig, label_mc
     from prmkit.label.quality import label_quality
 
-    mc = _stage(out, "train_mc.jsonl", lambda: list(label_mc(
-        train, policy, prompter, MCConfig(rollouts=config.rollouts, mode="hard",
-                                          strategy="per-step", seed=config.seed), policy_name)))
-    binary = _stage(out, "train_mc_binary.jsonl", lambda: list(label_mc(
-        train, policy, prompter, MCConfig(rollouts=config.rollouts, mode="hard",
-                                          strategy="binary", seed=config.seed), policy_name)))
-    quality = {q.method: q for q in label_quality(mc + binary, gold)}
+    def mc(strategy: str) -> list[Record]:
+        return list(label_mc(world.train, world.policy, world.prompter,
+                             MCConfig(rollouts=config.rollouts, mode="hard", strategy=strategy,
+                                      seed=config.seed), world.policy_name))
+
+    per_step = _stage(out, "train_mc.jsonl", lambda: mc("per-step"))
+    binary = _stage(out, "train_mc_binary.jsonl", lambda: mc("binary"))
+    quality = {q.method: q for q in label_quality(per_step + binary, world.gold)}
     q_step = next(q for m, q in quality.items() if "per-step" in m)
     q_bin = next(q for m, q in quality.items() if "binary" in m)
     spent = (sum(r.meta["mc"]["rollouts_spent"] for r in binary),
-             sum(r.meta["mc"]["rollouts_spent"] for r in mc))
+             sum(r.meta["mc"]["rollouts_spent"] for r in per_step))
     say.stage(2, f"Monte Carlo labels (hard, K={config.rollouts}) vs exact gold labels: step "
-                 f"agreement {_pct(q_step.step_agreement)}, first-error agreement "
-                 f"{_pct(q_step.first_error_agreement)}; binary search: first-error agreement "
-                 f"{_pct(q_bin.first_error_agreement)} with {spent[0]} rollouts vs {spent[1]} "
+                 f"agreement {summary.pct(q_step.step_agreement)}, first-error agreement "
+                 f"{summary.pct(q_step.first_error_agreement)}; binary search: first-error agreement "
+                 f"{summary.pct(q_bin.first_error_agreement)} with {spent[0]} rollouts vs {spent[1]} "
                  f"per step")
-
-    # 3. train a PRM on the MC labels and an ORM on the outcomes, same budget ----------------
-    prm_dir, orm_dir = os.path.join(out, "prm"), os.path.join(out, "orm")
-    _train(config, "prm", os.path.join(out, "train_mc.jsonl"), prm_dir, say)
-    _train(config, "orm", os.path.join(out, "train_candidates.jsonl"), orm_dir, say)
-    say.stage(3, f"trained a PRM (MC step labels) and an ORM (outcome labels) from {config.base}: "
-                 f"last {config.last_k} layers + head, {config.epochs} epoch(s) over "
-                 f"{len(train)} candidates, lr {config.lr}, batches of {config.batch_tokens} tokens")
-
-    # 4. best-of-N ---------------------------------------------------------------------------
-    prm = _Lazy(lambda: _load(prm_dir))     # loaded once, for scoring and for search
-    scored = _stage(out, "test_scored.jsonl", lambda: _score(test, prm(), orm_dir, gold))
-    from prmkit.evaluate import bestofn
-
-    gold_scores = GoldPRM().score([r.problem for r in scored], [r.steps for r in scored])
-    ns = sorted({1, 2, 4, config.n} | {k for k in (8, 16) if k <= config.n})
-    curve = bestofn.curve(scored, bestofn.BestOfNConfig(n=ns, draws=200, seed=config.seed))
-    gold_scored = [_with_scores(r, s) for r, s in zip(scored, gold_scores)]
-    curve["methods"]["gold-prm"] = bestofn.curve(
-        gold_scored,
-        bestofn.BestOfNConfig(n=ns, draws=200, seed=config.seed, methods=["prm-min"]))["methods"]["prm-min"]
-    top = {m: pts[-1]["accuracy"] for m, pts in curve["methods"].items()}
-    say.stage(4, f"best-of-{ns[-1]} on {len(test_p)} test problems: " + ", ".join(
-        f"{m} {top[m]:.1f}%" for m in BON_METHODS if m in top))
-
-    # 5. beam search against best-of-N at matched budgets ----------------------------------
-    search = _stage_json(out, "search.json", lambda: _search(config, test_p, policy, prompter,
-                                                             prm(), policy_name))
-    say.stage(5, "search on {} problems: ".format(config.search_problems) + "; ".join(
-        f"{row['method']} n={row['n']} {row['accuracy']:.1f}% at {row['tokens']:.0f} tokens"
-        for row in search["rows"]))
-
-    # 6. the report and the summary ----------------------------------------------------------
-    rows = _summary_rows(config, curve, top, q_step, q_bin, spent, search,
-                         (_step_auc(scored), _step_auc(gold_scored)))
-    report = os.path.join(out, "report.html")
-    _write_report(report, scored, gold, curve, rows, search, quality)
-    say.stage(6, f"report: {report}")
-    print("\nprmkit demo summary (lab world, seed "
-          f"{config.seed}; measured in this run, {time.time() - t0:.0f} s on "
-          f"{os.cpu_count()} cores)")
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"  {k.ljust(width)}  {v}")
-    with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump({"config": asdict(config), "summary": dict(rows), "bestofn": curve,
-                   "search": search}, f, indent=2)
-    print(f"report written to {report}")
-    sys.stdout.flush()
-    return 0
+    return summary.Labels(q_step, q_bin, spent, quality)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,132 +301,50 @@ def _score(test: Sequence[Record], prm: Any, orm_dir: str,
     return out
 
 
-def _with_scores(r: Record, scores: list[float | None]) -> Record:
-    return Record(**{**r.to_dict(), "step_scores": scores})
+def _search(config: DemoConfig, world: World, prm: Any, scored: Sequence[Record]) -> dict[str, Any]:
+    """5. beam search at width B against best-of-N at 4B, on the first test problems.
 
-
-def _search(config: DemoConfig, problems: Sequence[Record], policy: Any, prompter: Any,
-            prm: Any, policy_name: str) -> dict[str, Any]:
+    Best-of-4B takes the problem's test candidates (already scored by the PRM) when there are
+    enough, else samples 4B new ones through the search code. Both choose by ``--select``."""
+    from prmkit.evaluate.paired import per_problem_accuracy
     from prmkit.generate.run import Problem
     from prmkit.search.base import SearchConfig
     from prmkit.search.beam import BeamConfig, beam_search
     from prmkit.search.best_of_n import best_of_n
 
-    chosen = [Problem(p.id, p.problem, p.reference) for p in problems[:config.search_problems]]
-    rows = []
-    for n in config.search_n:
-        for method, fn, cfg in (
-                ("best-of-n", best_of_n, SearchConfig(n=n, m=1, seed=config.seed,
-                                                     select="prm-min")),
-                ("beam", beam_search, BeamConfig(n=n, m=config.beam_m, seed=config.seed,
-                                                 select="prm-min"))):
-            result = fn(chosen, policy, prompter, prm, cfg)
-            picked = [r for r in result.records if r.meta.get("selected")]
-            total = result.account.total
-            rows.append({"method": method, "n": n, "problems": len(chosen),
-                         "accuracy": 100.0 * _mean(r.is_correct for r in picked),
-                         "tokens": total.tokens_generated / len(chosen),
-                         "prm_tokens": total.prm_tokens / len(chosen),
-                         "seconds": total.seconds})
-    return {"policy": policy_name, "prm": "the demo's PRM (prm/last)", "rows": rows}
+    chosen = [Problem(p.id, p.problem, p.reference)
+              for p in world.test_problems[:config.search_problems]]
+    b, big = config.beam_n, 4 * config.beam_n
+    rows = [_search_row("beam", b, beam_search(chosen, world.policy, world.prompter, prm,
+                                               BeamConfig(n=b, m=config.beam_m, seed=config.seed,
+                                                          select=config.select)))]
+    if big <= config.n:
+        ids = {p.id for p in chosen}
+        mine = [r for r in scored if r.group in ids]
+        acc = per_problem_accuracy(mine, config.select, big, seed=config.seed)
+        tokens = sum(int(r.meta.get("completion_tokens", 0)) for r in mine) * big / config.n
+        rows.append({"method": "best-of-n", "n": big, "problems": len(acc),
+                     "accuracy": 100.0 * sum(acc.values()) / max(1, len(acc)),
+                     "tokens": tokens / max(1, len(acc)), "prm_tokens": None,
+                     "source": f"the test candidates ({big} of {config.n} per problem)",
+                     "per_problem": acc})
+    else:
+        rows.append(_search_row("best-of-n", big, best_of_n(
+            chosen, world.policy, world.prompter, prm,
+            SearchConfig(n=big, m=1, seed=config.seed, select=config.select))))
+    return {"policy": world.policy_name, "prm": "the demo's PRM (prm/last)", "rows": rows}
 
 
-# ---------------------------------------------------------------------------------------------
-# summary and report
-
-
-def _step_auc(scored: Sequence[Record]) -> float | None:
-    """The trained PRM's step AUC on the test candidates against their gold labels."""
-    from prmkit.evaluate.stepwise import auc
-
-    pairs = [(s, y >= 0.5) for r in scored for s, y in zip(r.step_scores or [], r.labels or [])
-             if s is not None and y is not None]
-    return auc([s for s, _ in pairs], [y for _, y in pairs])
-
-
-def _summary_rows(config: DemoConfig, curve: dict[str, Any], top: dict[str, float], q_step: Any,
-                  q_bin: Any, spent: tuple[int, int], search: dict[str, Any],
-                  step_auc: tuple[float | None, float | None] = (None, None),
-                  ) -> list[tuple[str, str]]:
-    n = curve["n"][-1]
-    problems = curve["problems_total"]
-    rows = [("sizes", f"{config.train_problems} x {config.train_n} training candidates, "
-                      f"{problems} x {n} test candidates, seed {config.seed}")]
-    for m in BON_METHODS:
-        if m in top:
-            rows.append((f"best-of-{n} accuracy, {m}", f"{top[m]:.1f}%"))
-    best_prm = max(PRM_METHODS, key=lambda m: top.get(m, -1.0))
-    ci = {m: pts[-1]["ci95"] for m, pts in curve["methods"].items()}
-
-    def verdict(other: str, name: str) -> str:
-        gap = top[best_prm] - top[other]
-        if gap <= 0:
-            return f"NO: the PRM does not beat {name} in this run ({gap:+.1f} points)"
-        lo, hi = ci[best_prm], ci[other]
-        clear = lo[0] > hi[1]
-        return (f"yes, by {gap:.1f} points" + ("" if clear else
-                f" (within noise: the 95% intervals over {problems} problems overlap)"))
-
-    rows.append((f"PRM ({best_prm}) beats the ORM at N={n}?", verdict("orm", "the ORM")))
-    rows.append((f"PRM ({best_prm}) beats majority at N={n}?", verdict("majority", "majority voting")))
-    first = {m: pts[0]["accuracy"] for m, pts in curve["methods"].items()}
-    gap_small = first[best_prm] - first["orm"]
-    rows.append((f"PRM - ORM gap at N=1 and N={n}", f"{gap_small:+.1f} and "
-                                                    f"{top[best_prm] - top['orm']:+.1f} points"))
-    trained, exact = step_auc   # how well the PRMs rank steps: the reason for the above
-    if trained is not None:
-        rows.append(("PRM step AUC vs gold labels (test)", f"{trained:.3f}" + (
-            "" if exact is None else f" (the exact-label PRM: {exact:.3f})")))
-    rows.append(("MC labels vs gold: step agreement", _pct(q_step.step_agreement)))
-    rows.append(("MC labels vs gold: first-error agreement", _pct(q_step.first_error_agreement)))
-    rows.append(("binary search: rollouts / per-step rollouts",
-                 f"{spent[0] / max(1, spent[1]):.2f} ({spent[0]} / {spent[1]}); first-error "
-                 f"agreement with gold {_pct(q_bin.first_error_agreement)}"))
-    for row in search["rows"]:
-        rows.append((f"search {row['method']} n={row['n']}",
-                     f"{row['accuracy']:.1f}% at {row['tokens']:.0f} generated tokens/problem"))
-    return rows
-
-
-def _write_report(path: str, scored: Sequence[Record], gold: dict[str, Record],
-                  curve: dict[str, Any], rows: list[tuple[str, str]], search: dict[str, Any],
-                  quality: dict[str, Any]) -> None:
-    from prmkit import report
-    from prmkit.report import html, plots
-
-    summary = html.table(["", "measured"], rows)
-    bon = html.table(["method"] + [f"N={n}" for n in curve["n"]],
-                     [[m] + [f"{p['accuracy']:.1f}" for p in pts]
-                      for m, pts in curve["methods"].items()])
-    bon += html.png_img(plots.bestofn_png(curve), "best-of-N accuracy against N")
-    labels = html.table(["labels", "records", "first-error agreement", "step agreement",
-                         "rollouts per record"],
-                        [[m, q.records, _pct(q.first_error_agreement),
-                          _pct(q.step_agreement),
-                          "-" if q.rollouts_per_record is None else f"{q.rollouts_per_record:.1f}"]
-                         for m, q in quality.items()])
-    srch = html.table(["method", "n", "accuracy %", "generated tokens / problem",
-                       "PRM tokens / problem"],
-                      [[r["method"], r["n"], f"{r['accuracy']:.1f}", f"{r['tokens']:.0f}",
-                        f"{r['prm_tokens']:.0f}"] for r in search["rows"]])
-    page = report.build(scored, title="prmkit demo: the lab world",
-                        source="lab test candidates scored by the demo's PRM (steps) and ORM",
-                        extra=[("Summary", summary), ("Best-of-N (all methods)", bon),
-                               ("Monte Carlo labels against exact labels", labels),
-                               ("PRM-guided beam search against best-of-N", srch)],
-                        bestofn=False)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(page)
-
-
-def _mean(values: Any) -> float:
-    vals = [float(bool(v)) for v in values]
-    return sum(vals) / len(vals) if vals else 0.0
-
-
-def _pct(x: float | None, digits: int = 1) -> str:
-    """A percentage (already in 0..100) as text; "-" for none."""
-    return "-" if x is None else f"{x:.{digits}f}%"
+def _search_row(method: str, n: int, result: Any) -> dict[str, Any]:
+    picked = [r for r in result.records if r.meta.get("selected")]
+    total = result.account.total
+    k = max(1, len(picked))
+    return {"method": method, "n": n, "problems": len(picked),
+            "accuracy": 100.0 * summary.mean(r.is_correct for r in picked),
+            "tokens": total.tokens_generated / k,
+            "prm_tokens": None if total.prm_tokens is None else total.prm_tokens / k,
+            "seconds": total.seconds,
+            "per_problem": {r.group: float(bool(r.is_correct)) for r in picked}}
 
 
 def add_arguments(p: Any) -> None:

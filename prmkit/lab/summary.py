@@ -1,0 +1,198 @@
+"""The lab demo's last stages: best-of-N curves, the claims, the summary and the report.
+
+Everything printed is computed from the run's own files: the scored test candidates, the
+search results and the label quality. The claims (:mod:`prmkit.lab.claims`) are paired
+differences over problems with 95% bootstrap intervals; each is printed as YES or NO and
+written to ``summary.json`` under ``claims`` as ``{"holds", "difference", "ci95", "problems"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from prmkit.lab import claims as lab_claims
+from prmkit.records import Record
+
+PRM_METHODS = ("prm-prod", "prm-min", "prm-last")
+BON_METHODS = PRM_METHODS + ("orm", "majority", "weighted-majority", "gold-prm", "oracle")
+
+
+@dataclass
+class Labels:
+    """Stage 2's figures: per-step and binary-search MC label quality, and rollouts spent."""
+
+    q_step: Any
+    q_bin: Any
+    spent: tuple[int, int]
+    quality: dict[str, Any]
+
+
+@dataclass
+class BestOfN:
+    """Stage 4's figures: the curves of every method, and the exact-label PRM's scores."""
+
+    curve: dict[str, Any]
+    top: dict[str, float]
+    gold_scored: list[Record]
+
+
+@dataclass
+class Results:
+    config: Any
+    scored: list[Record]
+    bon: BestOfN
+    labels: Labels
+    search: dict[str, Any]
+    gold: dict[str, Record]
+
+
+def bestofn_stage(config: Any, scored: Sequence[Record], say: Any) -> BestOfN:
+    """4. best-of-N for every method, the exact-label PRM included."""
+    from prmkit.evaluate import bestofn
+    from prmkit.lab import GoldPRM
+
+    gold_scores = GoldPRM().score([r.problem for r in scored], [r.steps for r in scored])
+    ns = sorted({1, 2, 4, config.n} | {k for k in (8, 16) if k <= config.n})
+    curve = bestofn.curve(scored, bestofn.BestOfNConfig(n=ns, draws=200, seed=config.seed))
+    gold_scored = [with_scores(r, s) for r, s in zip(scored, gold_scores)]
+    curve["methods"]["gold-prm"] = bestofn.curve(
+        gold_scored, bestofn.BestOfNConfig(n=ns, draws=200, seed=config.seed,
+                                           methods=["prm-min"]))["methods"]["prm-min"]
+    top = {m: pts[-1]["accuracy"] for m, pts in curve["methods"].items()}
+    problems = curve["problems_total"]
+    say.stage(4, f"best-of-{ns[-1]} on {problems} test problems: " + ", ".join(
+        f"{m} {top[m]:.1f}%" for m in BON_METHODS if m in top))
+    return BestOfN(curve, top, gold_scored)
+
+
+def claims_of(res: Results) -> dict[str, lab_claims.Claim]:
+    """The four claims, from the scored test candidates and the search rows."""
+    cfg = res.config
+    out = lab_claims.bestofn_claims(res.scored, cfg.select, cfg.n, cfg.seed)
+    beam = next(r for r in res.search["rows"] if r["method"] == "beam")
+    bon = next(r for r in res.search["rows"] if r["method"] == "best-of-n")
+    out["beam_matches_4x_best_of_n"] = lab_claims.beam_claim(
+        beam["per_problem"], bon["per_problem"], cfg.margin, cfg.seed)
+    return out
+
+
+def finish(res: Results, out: str, say: Any, seconds: float) -> None:
+    """6. the report, the printed summary and ``summary.json``."""
+    claims = claims_of(res)
+    auc = (step_auc(res.scored), step_auc(res.bon.gold_scored))
+    rows = summary_rows(res, claims, auc)
+    report = os.path.join(out, "report.html")
+    write_report(report, res, rows)
+    say.stage(6, f"report: {report}")
+    print(f"\nprmkit demo summary (lab world, seed {res.config.seed}; measured in this run, "
+          f"{seconds:.0f} s on {os.cpu_count()} cores)")
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"  {k.ljust(width)}  {v}")
+    doc = {"config": asdict(res.config), "prm_step_auc": auc[0],
+           "claims": lab_claims.claims_json(claims), "summary": dict(rows),
+           "bestofn": res.bon.curve, "search": res.search}
+    tmp = os.path.join(out, "summary.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2)
+    os.replace(tmp, os.path.join(out, "summary.json"))
+    print(f"report written to {report}")
+    sys.stdout.flush()
+
+
+def step_auc(scored: Sequence[Record]) -> float | None:
+    """A PRM's step AUC on the test candidates against their gold labels."""
+    from prmkit.evaluate.stepwise import auc
+
+    pairs = [(s, y >= 0.5) for r in scored for s, y in zip(r.step_scores or [], r.labels or [])
+             if s is not None and y is not None]
+    return auc([s for s, _ in pairs], [y for _, y in pairs])
+
+
+def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
+                 auc: tuple[float | None, float | None]) -> list[tuple[str, str]]:
+    cfg, curve, top = res.config, res.bon.curve, res.bon.top
+    n, problems = curve["n"][-1], curve["problems_total"]
+    rows = [("sizes", f"{cfg.train_problems} x {cfg.train_n} training candidates, "
+                      f"{problems} x {n} test candidates, seed {cfg.seed}")]
+    for m in BON_METHODS:
+        if m in top:
+            rows.append((f"best-of-{n} accuracy, {m}", f"{top[m]:.1f}%"))
+    trained, exact = auc   # how well the PRMs rank steps: the reason for what follows
+    if trained is not None:
+        rows.append(("PRM step AUC vs gold labels (test)", f"{trained:.3f}" + (
+            "" if exact is None else f" (the exact-label PRM: {exact:.3f})")))
+    s = cfg.select
+    beam = next(r for r in res.search["rows"] if r["method"] == "beam")
+    bon = next(r for r in res.search["rows"] if r["method"] == "best-of-n")
+    rows += [
+        lab_claims.verdict_line("prm_beats_majority", claims["prm_beats_majority"],
+                                f"claim: PRM ({s}) beats majority at N={n}?"),
+        lab_claims.verdict_line("prm_beats_orm", claims["prm_beats_orm"],
+                                f"claim: PRM ({s}) beats the ORM at N={n}?"),
+        lab_claims.verdict_line("gap_grows_with_n", claims["gap_grows_with_n"],
+                                f"claim: PRM - ORM gap larger at N={n} than at N=2?"),
+        lab_claims.verdict_line(
+            "beam_matches_4x_best_of_n", claims["beam_matches_4x_best_of_n"],
+            f"claim: beam at B={beam['n']} >= best-of-{bon['n']} (margin {cfg.margin:g})?"),
+        ("generated tokens per problem, beam / best-of-4B",
+         f"{beam['tokens']:.0f} / {bon['tokens']:.0f}"),
+    ]
+    return rows + label_rows(res.labels)
+
+
+def label_rows(labels: Labels) -> list[tuple[str, str]]:
+    q_step, q_bin, spent = labels.q_step, labels.q_bin, labels.spent
+    return [("MC labels vs gold: step agreement", pct(q_step.step_agreement)),
+            ("MC labels vs gold: first-error agreement", pct(q_step.first_error_agreement)),
+            ("binary search: rollouts / per-step rollouts",
+             f"{spent[0] / max(1, spent[1]):.2f} ({spent[0]} / {spent[1]}); first-error "
+             f"agreement with gold {pct(q_bin.first_error_agreement)}")]
+
+
+def write_report(path: str, res: Results, rows: list[tuple[str, str]]) -> None:
+    from prmkit import report
+    from prmkit.report import html, plots
+
+    curve, search = res.bon.curve, res.search
+    summary = html.table(["", "measured"], rows)
+    bon = html.table(["method"] + [f"N={n}" for n in curve["n"]],
+                     [[m] + [f"{p['accuracy']:.1f}" for p in pts]
+                      for m, pts in curve["methods"].items()])
+    bon += html.png_img(plots.bestofn_png(curve), "best-of-N accuracy against N")
+    labels = html.table(["labels", "records", "first-error agreement", "step agreement",
+                         "rollouts per record"],
+                        [[m, q.records, pct(q.first_error_agreement), pct(q.step_agreement),
+                          "-" if q.rollouts_per_record is None else f"{q.rollouts_per_record:.1f}"]
+                         for m, q in res.labels.quality.items()])
+    srch = html.table(["method", "n", "accuracy %", "generated tokens / problem",
+                       "PRM tokens / problem"],
+                      [[r["method"], r["n"], f"{r['accuracy']:.1f}", f"{r['tokens']:.0f}",
+                        "-" if r.get("prm_tokens") is None else f"{r['prm_tokens']:.0f}"]
+                       for r in search["rows"]])
+    page = report.build(res.scored, title="prmkit demo: the lab world",
+                        source="lab test candidates scored by the demo's PRM (steps) and ORM",
+                        extra=[("Summary", summary), ("Best-of-N (all methods)", bon),
+                               ("Monte Carlo labels against exact labels", labels),
+                               ("PRM-guided beam search against best-of-4B", srch)],
+                        bestofn=False)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(page)
+
+
+def with_scores(r: Record, scores: list[float | None]) -> Record:
+    return Record(**{**r.to_dict(), "step_scores": scores})
+
+
+def mean(values: Any) -> float:
+    vals = [float(bool(v)) for v in values]
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    """A percentage (already in 0..100) as text; "-" for none."""
+    return "-" if x is None else f"{x:.{digits}f}%"
