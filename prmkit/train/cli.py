@@ -12,6 +12,13 @@ from prmkit.cliutil import AGGREGATE_CHOICES, Formatter, add_config_options, add
     config_from_args
 from prmkit.errors import PrmkitError
 from prmkit.models.reading import TRAIN_DTYPES
+from prmkit.train.loop import NoExamples
+
+NO_EXAMPLES = {  # what a trainer needs of a record, when it found none
+    "prm": "no record has a labelled step (labels or first_error) within --max-length",
+    "orm": "no record has is_correct (and, for pairwise, a correct and a wrong solution in a "
+           "group) within --max-length",
+    "implicit-prm": "no record has is_correct within --max-length"}
 
 
 def add_train(sub: Any) -> None:
@@ -51,7 +58,10 @@ def _run_train(args: argparse.Namespace) -> int:
         from prmkit.train.implicit import train_implicit as run
     else:
         from prmkit.train.orm import train_orm as run
-    history = run(cfg)
+    try:
+        history = run(cfg)
+    except NoExamples:
+        raise PrmkitError(f"{cfg.data}: {NO_EXAMPLES[args.kind]}") from None
     from accelerate import PartialState
 
     if not PartialState().is_main_process:  # under accelerate launch, rank 0 reports
