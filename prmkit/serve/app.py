@@ -32,7 +32,6 @@ finish (up to ``graceful_timeout``), then drains the queue and stops the worker.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
 import json
@@ -54,6 +53,7 @@ from prmkit.errors import PrmkitError
 from prmkit.models.base import PRM
 from prmkit.serve.batcher import Batcher, Closed, Overloaded
 from prmkit.serve.config import ServeConfig
+from prmkit.serve.disconnect import ClientGone, WatchDisconnect, body_chunks, wait_answer
 from prmkit.serve.queries import response_steps, rewards_from_scores, safe_aggregate, split_query
 
 log = logging.getLogger("prmkit")
@@ -166,7 +166,7 @@ class Scorer:
                                {"Retry-After": str(e.retry_after)}) from None
         except Closed as e:
             raise RequestError(503, str(e), "shutting_down", {"Retry-After": "5"}) from None
-        scores = await asyncio.wrap_future(future)
+        scores = await wait_answer(future, self.batcher.cancel, f"{len(todo)} solutions")
         for i, row in zip(todo, scores):
             out[i] = row
         return out
@@ -190,7 +190,7 @@ async def read_json(request: Request, limit: int) -> Any:
         raise RequestError(413, f"the body is {int(declared)} bytes; this server takes at most "
                                 f"{limit} bytes", "too_large")
     chunks, size = [], 0
-    async for chunk in request.stream():
+    async for chunk in body_chunks(request):  # ClientGone when the client leaves
         size += len(chunk)
         if size > limit:
             raise RequestError(413, f"the body is over {limit} bytes, the most this server takes",
@@ -301,12 +301,17 @@ def create_app(prm: PRM, config: ServeConfig, model_name: str, format_name: str,
     app = FastAPI(title="prmkit reward server", version="1",
                   description=(__doc__ or "").split("\n\n")[0], lifespan=lifespan)
     app.state.scorer = scorer
+    app.add_middleware(WatchDisconnect)
     if config.token:
         app.add_middleware(BearerAuth, token=config.token)
 
     @app.exception_handler(RequestError)
     async def _refused(request: Request, e: RequestError) -> JSONResponse:
         return error_response(e.status, e.message, e.kind, e.headers)
+
+    @app.exception_handler(ClientGone)  # no one to answer: a line in the log, no traceback
+    async def _gone(request: Request, e: ClientGone) -> JSONResponse:
+        return error_response(499, str(e), "client_disconnected")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
