@@ -10,6 +10,7 @@ only when something is left to score (so a finished run loads no model), and bef
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -53,7 +54,8 @@ def check_partial(out: str, done: dict[str, dict[str, Any]], records: Sequence[R
         if head is None:
             raise PrmkitError(f"{out}.partial does not say which model and settings wrote it; "
                               f"use --no-resume to start again")
-        check_settings(out, head.get("settings") or {}, {"settings": settings})
+        check_settings(out, {"settings": head.get("settings") or {}},
+                       {"settings": json.loads(json.dumps(settings))})
     given = {r.id: r for r in records}
     for rid, row in done.items():
         rec = given.get(rid)

@@ -53,7 +53,7 @@ from prmkit.errors import PrmkitError
 from prmkit.models.base import PRM
 from prmkit.serve.batcher import Batcher, Closed, Overloaded
 from prmkit.serve.config import ServeConfig
-from prmkit.serve.disconnect import ClientGone, WatchDisconnect, body_chunks, wait_answer
+from prmkit.serve.disconnect import WatchDisconnect, body_chunks, wait_answer
 from prmkit.serve.queries import response_steps, rewards_from_scores, safe_aggregate, split_query
 
 log = logging.getLogger("prmkit")
@@ -93,6 +93,11 @@ class RequestError(Exception):
                  headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.kind, self.headers = status, message, kind, headers
+
+
+def gone() -> RequestError:
+    """What a client that disconnected gets (no one reads it; prmkit/serve/disconnect.py)."""
+    return RequestError(499, "the client disconnected", "client_disconnected")
 
 
 def error_response(status: int, message: str, kind: str,
@@ -166,7 +171,7 @@ class Scorer:
                                {"Retry-After": str(e.retry_after)}) from None
         except Closed as e:
             raise RequestError(503, str(e), "shutting_down", {"Retry-After": "5"}) from None
-        scores = await wait_answer(future, self.batcher.cancel, f"{len(todo)} solutions")
+        scores = await wait_answer(future, self.batcher.cancel, f"{len(todo)} solutions", gone)
         for i, row in zip(todo, scores):
             out[i] = row
         return out
@@ -190,7 +195,7 @@ async def read_json(request: Request, limit: int) -> Any:
         raise RequestError(413, f"the body is {int(declared)} bytes; this server takes at most "
                                 f"{limit} bytes", "too_large")
     chunks, size = [], 0
-    async for chunk in body_chunks(request):  # ClientGone when the client leaves
+    async for chunk in body_chunks(request, gone):  # the client may leave while sending
         size += len(chunk)
         if size > limit:
             raise RequestError(413, f"the body is over {limit} bytes, the most this server takes",
@@ -301,17 +306,12 @@ def create_app(prm: PRM, config: ServeConfig, model_name: str, format_name: str,
     app = FastAPI(title="prmkit reward server", version="1",
                   description=(__doc__ or "").split("\n\n")[0], lifespan=lifespan)
     app.state.scorer = scorer
-    app.add_middleware(WatchDisconnect)
     if config.token:
         app.add_middleware(BearerAuth, token=config.token)
 
     @app.exception_handler(RequestError)
     async def _refused(request: Request, e: RequestError) -> JSONResponse:
         return error_response(e.status, e.message, e.kind, e.headers)
-
-    @app.exception_handler(ClientGone)  # no one to answer: a line in the log, no traceback
-    async def _gone(request: Request, e: ClientGone) -> JSONResponse:
-        return error_response(499, str(e), "client_disconnected")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -393,8 +393,8 @@ def uvicorn_server(app: FastAPI, config: ServeConfig, log_level: str = "warning"
                    access_log: bool = False) -> Any:
     import uvicorn
 
-    return uvicorn.Server(uvicorn.Config(
-        app, log_level=log_level, access_log=access_log, lifespan="on",
+    return uvicorn.Server(uvicorn.Config(  # WatchDisconnect: a client that leaves costs nothing
+        WatchDisconnect(app), log_level=log_level, access_log=access_log, lifespan="on",
         timeout_graceful_shutdown=config.graceful_timeout or None))
 
 

@@ -5,8 +5,8 @@ for the server's ``http.disconnect`` message and sets the request's "gone" event
 app asks for after that are passed on unchanged). :func:`wait_answer` waits for a batcher job's
 answer or for that event, whichever comes first; when the client has gone it tells the batcher
 (:meth:`prmkit.serve.batcher.Batcher.cancel`, so the job costs nothing after the piece under
-way) and raises :class:`ClientGone`. A client that leaves is logged as one line, never as an
-error with a traceback.
+way) and raises the caller's error (the server answers 499, which no one reads). A client that
+leaves is logged as one line, never as an error with a traceback.
 """
 
 from __future__ import annotations
@@ -68,9 +68,10 @@ class WatchDisconnect:
                 task.cancel()
 
 
-async def wait_answer(future: Future, cancel: Callable[[Future], None], what: str) -> Any:
-    """The result of ``future``, or :class:`ClientGone` (after ``cancel(future)``) as soon as
-    the client of the request being served disconnects."""
+async def wait_answer(future: Future, cancel: Callable[[Future], None], what: str,
+                      error: Callable[[], Exception] = ClientGone) -> Any:
+    """The result of ``future``, or the exception ``error()`` (after ``cancel(future)``) as
+    soon as the client of the request being served disconnects."""
     gone = _gone.get()
     answer = asyncio.wrap_future(future)
     if gone is None:
@@ -87,12 +88,12 @@ async def wait_answer(future: Future, cancel: Callable[[Future], None], what: st
     cancel(future)
     answer.cancel()
     log.warning("client disconnected before its answer; dropped %s", what)
-    raise ClientGone("the client disconnected")
+    raise error()
 
 
-async def body_chunks(request: Any) -> Any:
-    """The chunks of a request's body; :class:`ClientGone` (and one log line, no traceback)
-    when the client disconnects before it has sent all of it."""
+async def body_chunks(request: Any, error: Callable[[], Exception] = ClientGone) -> Any:
+    """The chunks of a request's body; the exception ``error()`` (and one log line, no
+    traceback) when the client disconnects before it has sent all of it."""
     from starlette.requests import ClientDisconnect
 
     try:
@@ -100,4 +101,4 @@ async def body_chunks(request: Any) -> Any:
             yield chunk
     except ClientDisconnect:
         log.warning("client disconnected while sending its request")
-        raise ClientGone("the client disconnected") from None
+        raise error() from None
