@@ -36,12 +36,14 @@ class ScoreResult:
 def score_settings(model: str | None, fmt: str | None, config: Any, per_prefix: bool = False,
                    kind: str = "prm") -> dict[str, Any]:
     """The settings that change a scoring run's output (a resume must match them): the model
-    (a folder by its absolute path), the step format, the dtype, the length cut, the mode."""
+    (a folder by its absolute path), the step format, the dtype, the length cut, the device and
+    token budget (the batches' make-up moves low-precision scores), the mode."""
     name = model or "default"
     if os.path.exists(name):
         name = os.path.abspath(name)
     return {"model": name, "format": fmt or "saved in the model folder",
-            "dtype": getattr(config, "dtype", None), "max_length": getattr(config, "max_length", None),
+            **{k: getattr(config, k, None) for k in ("dtype", "max_length", "device",
+                                                      "token_budget")},
             "per_prefix": per_prefix, "kind": kind}
 
 

@@ -4,6 +4,7 @@ option's help is the config field's help."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from typing import Any
@@ -52,6 +53,9 @@ def _no_kind(parser: argparse.ArgumentParser) -> int:
 def _run_train(args: argparse.Namespace) -> int:
     command = "prmkit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     cfg = config_from_args(args.config_class, args, command=command)
+    if os.path.exists(cfg.output) and not os.path.isdir(cfg.output):
+        raise PrmkitError(f"--output {cfg.output}: is a file; the output is a folder (best/, "
+                          f"last/, metrics.jsonl)")
     if args.kind == "prm":
         from prmkit.train.prm import train_prm as run
     elif args.kind == "implicit-prm":

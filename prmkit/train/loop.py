@@ -17,7 +17,9 @@
 * validation every ``eval_every`` optimiser steps (default: each epoch's end) and after the last
   step, a fitness score
   from the caller, ``DIR/metrics.jsonl``, ``DIR/last/`` and ``DIR/best/`` (like a detector
-  trainer's last.pt and best.pt), and resume from ``DIR/last/`` after a kill;
+  trainer's last.pt and best.pt), and resume from ``DIR/last/`` after a kill at any moment
+  (the write order, and the recovery at the start, are :mod:`prmkit.train.checkpoint`'s); a
+  finished run, rerun, says it is done and returns the whole run's validation lines;
 * ``accelerate``: the loop runs unchanged under ``accelerate launch`` (DDP on CPU with gloo, or
   GPUs; DeepSpeed ZeRO through an accelerate config). Each process takes its share of every
   optimiser step's batches; only the main process validates and writes.
