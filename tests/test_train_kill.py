@@ -153,3 +153,21 @@ def test_sigkill_inside_the_copy_of_best_then_the_same_command(tiny_base, data, 
     again = subprocess.run(args(out), env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-2000:]
     assert_same_run(full, out)
+
+
+def test_a_checkpoint_from_before_the_lines_were_kept_resumes_with_its_metrics(tiny_base, data,
+                                                                               tmp_path,
+                                                                               monkeypatch):
+    full, out = tmp_path / "full", tmp_path / "old"
+    run("orm", tiny_base, data, full)
+    counting(monkeypatch, kill_at=17)  # the second checkpoint starts: step 2 is committed
+    with pytest.raises(Killed):
+        run("orm", tiny_base, data, out)
+    counting(monkeypatch)
+    state_path = out / "last" / checkpoint.STATE
+    state = json.loads(state_path.read_text())
+    for key in ("history", "best_step"):  # as an older prmkit wrote it
+        del state[key]
+    state_path.write_text(json.dumps(state))
+    run("orm", tiny_base, data, out)
+    assert lines(out) == lines(full)

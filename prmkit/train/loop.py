@@ -260,8 +260,17 @@ class Loop:
         self.sched.load_state_dict(opt_state["scheduler"])
         self.step, self.best = state["step"], state["best"]
         self.best_step, self.running = state.get("best_step"), state.get("running_loss")
-        self.history = list(state.get("history", []))
+        self.history = list(state["history"]) if "history" in state else self._old_lines()
         return True
+
+    def _old_lines(self) -> list[dict[str, Any]]:
+        """The validation lines of a checkpoint from before they were kept in its state: those
+        of metrics.jsonl up to its step."""
+        if not os.path.isfile(self.metrics_path):
+            return []
+        with open(self.metrics_path, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        return [r for r in rows if isinstance(r, dict) and r.get("step", 0) <= self.step]
 
     def _checkpoint(self, metrics: dict[str, Any]) -> None:
         """Write last/ (usable model + what resuming needs, with every validation line so far),
