@@ -118,12 +118,12 @@ def run_search(method: str, problems: Sequence[Problem], generator: Generator, p
 def check_partial(done: dict[str, dict[str, Any]], output: str, problems: Sequence[Problem],
                   keyed: dict[str, Any], settings: dict[str, Any]) -> None:
     """Refuse the finished rows ``done`` of ``OUT.partial`` when another run wrote them: rows of
-    other problems (or other problem texts), other ``keyed`` settings (in each row's meta),
+    other problems (or other problem texts or references), other ``keyed`` settings (in each row's meta),
     other ``settings`` (the partial's first line)."""
     rows = {k: v for k, v in done.items() if k != SETTINGS_ID}
-    texts = {p.id: p.problem for p in problems}
-    check_resume(output, rows, lambda row: row.get("group") in texts
-                 and texts[row["group"]] == row.get("problem"), keyed)
+    given = {p.id: (p.problem, p.reference) for p in problems}
+    check_resume(output, rows, lambda row: given.get(row.get("group")) == (
+        row.get("problem"), row.get("reference")), keyed)
     if SETTINGS_ID in done:
         check_settings(output, done[SETTINGS_ID].get("settings") or {},
                        json.loads(json.dumps(settings)))
