@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 from prmkit import __version__
 from prmkit.cliutil import (AGGREGATE_CHOICES, EPILOG_RECORDS, Formatter, add_config_options,
-                            add_model_run_options, add_parser, config_from_args)
+                            add_model_run_options, add_parser, check_inputs_not_empty,
+                            check_output_is_not_input, config_from_args)
 from prmkit.errors import PrmkitError
 from prmkit.generate.cli import add_generate
 from prmkit.label.cli import add_label
@@ -120,17 +121,20 @@ def _run_score(args: argparse.Namespace) -> int:
     from prmkit.models.load import model_kind, open_prm
     from prmkit.models.reading import HFConfig
     from prmkit.records import read_records
-    from prmkit.scoring import score_records
+    from prmkit.records import check_output_path
+    from prmkit.scoring import score_records, score_settings
 
+    check_output_path(args.output)  # the arguments first, then the records, then the model
+    if args.chunk < 1:
+        raise PrmkitError(f"--chunk must be positive, got {args.chunk}")
     records = read_records(args.input)
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
-    if args.chunk < 1:
-        raise PrmkitError(f"--chunk must be positive, got {args.chunk}")
     kind = model_kind(args.model)
     score_records(records, lambda: open_prm(args.model, args.token, args.format, config),
                   args.output, resume=not args.no_resume, kind=kind, per_prefix=args.per_prefix,
-                  chunk=args.chunk)
+                  chunk=args.chunk,
+                  settings=score_settings(args.model, args.format, config, args.per_prefix, kind))
     print(f"scored {len(records)} records -> {args.output}", file=sys.stderr)
     return 0
 
@@ -250,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
+        check_output_is_not_input(args)
+        check_inputs_not_empty(args)
         return args.run(args)
     except PrmkitError as e:
         print(f"prmkit: {e}", file=sys.stderr)

@@ -6,18 +6,22 @@ bool field becomes a flag (``--name`` when it defaults to False, ``--no-name`` w
 whose type is itself a dataclass (a nested config) is flattened: its fields become options of
 their own, in an argument group titled by ``metadata["group"]``, and :func:`config_from_args`
 builds the nested config back. A field with ``metadata={"cli": False}`` is not an option.
-ARCHITECTURE.md, "Layers": this module imports only the dtypes of prmkit.models.reading, so every
-CLI module may import it.
+It also holds the checks every command gets before it runs: an output path that is one of the
+inputs is refused, and an empty input file is named. ARCHITECTURE.md, "Layers": this module
+imports only the errors and the dtypes of prmkit.models.reading, so every CLI module may import
+it.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import types
 import typing
 from typing import Any
 
+from prmkit.errors import PrmkitError
 from prmkit.models.reading import DTYPES
 
 EPILOG_RECORDS = ("Records are JSONL, one object per line, with the fields id, problem, steps, "
@@ -114,3 +118,55 @@ def config_from_args(cls: Any, args: argparse.Namespace, **extra: Any) -> Any:
         elif f.name in given:
             values[f.name] = given[f.name]
     return cls(**values, **extra)
+
+
+# ---------------------------------------------------------------------------------------------
+# checks every command gets before it starts (prmkit/cli.py's main calls them)
+
+# options that name what a command reads, and those that name what it writes
+INPUT_OPTIONS = ("input", "data", "eval_data", "mc", "judge", "gold", "labels", "predictions",
+                 "heuristic_train", "policy", "prm", "model", "base")
+OUTPUT_OPTIONS = ("output", "save_scores", "plot")
+
+
+def _flag(dest: str) -> str:
+    return "LABELS" if dest == "labels" else "--" + dest.replace("_", "-")
+
+
+def _paths(value: Any) -> list[str]:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [v for v in values if isinstance(v, str) and v and v != "-"]
+
+
+def check_output_is_not_input(args: argparse.Namespace) -> None:
+    """Refuse (exit 2) an output path that is one of the command's inputs: writing it would
+    destroy the input (a records file replaced by JSON or HTML, a folder made over a file)."""
+    given = vars(args)
+    inputs = [(d, p) for d in INPUT_OPTIONS for p in _paths(given.get(d)) if os.path.exists(p)]
+    for out_dest in OUTPUT_OPTIONS:
+        for out in _paths(given.get(out_dest)):
+            if not os.path.exists(out):
+                continue
+            for in_dest, path in inputs:
+                if os.path.samefile(out, path):
+                    raise PrmkitError(
+                        f"{_flag(out_dest)} {out} is also the input {_flag(in_dest)}: writing "
+                        f"it would destroy the input; choose another output path")
+
+
+RECORD_INPUTS = ("input", "data", "eval_data", "mc", "judge", "gold", "labels")
+
+
+def check_inputs_not_empty(args: argparse.Namespace) -> None:
+    """Refuse (exit 2) an input file with no record, naming it, for every command (a missing
+    file or a folder is left to the reader, which names it too)."""
+    given = vars(args)
+    for dest in RECORD_INPUTS:
+        for path in _paths(given.get(dest)):
+            if os.path.isfile(path) and _is_blank(path):
+                raise PrmkitError(f"{path}: no records (the {_flag(dest)} file is empty)")
+
+
+def _is_blank(path: str) -> bool:
+    with open(path, "rb") as f:
+        return not any(line.strip().removeprefix(b"\xef\xbb\xbf").strip() for line in f)

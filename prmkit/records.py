@@ -321,12 +321,48 @@ def check_resume(output: str, done: dict[str, dict[str, Any]], belongs: Callable
         if not belongs(row):
             raise PrmkitError(f"{output}.partial holds record {rid!r}, which this run would not "
                               f"write (other input or settings?); use --no-resume to start again")
-        old = stored(row)
-        for name, value in settings.items():
-            if name in old and old[name] != value:
-                raise PrmkitError(f"{output}.partial was written with {name}="
-                                  f"{json.dumps(old[name])}, this run has {name}="
-                                  f"{json.dumps(value)}; use --no-resume to start again")
+        check_settings(output, stored(row), settings)
+
+
+def check_settings(output: str, old: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Refuse when a setting in ``old`` (what ``OUTPUT.partial`` was written with) differs from
+    this run's, naming it (for a dict of settings, the entry that differs)."""
+    for name, value in settings.items():
+        if name not in old or old[name] == value:
+            continue
+        was = old[name]
+        if isinstance(was, dict) and isinstance(value, dict):
+            name = next(k for k in sorted(set(was) | set(value)) if was.get(k) != value.get(k))
+            was, value = was.get(name), value.get(name)
+        raise PrmkitError(f"{output}.partial was written with {name}={json.dumps(was)}, this "
+                          f"run has {name}={json.dumps(value)}; use --no-resume to start again")
+
+
+def check_output_path(path: str) -> None:
+    """Fail early (before any model is loaded) when ``path`` cannot be written: its folder is
+    missing or it is a folder."""
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise PrmkitError(f"{path}: the folder does not exist")
+    if os.path.isdir(path):
+        raise PrmkitError(f"{path}: is a directory, expected a file")
+
+
+def read_partial(path: str) -> dict[str, dict[str, Any]]:
+    """The finished rows of ``path``'s partial file by id (empty when there is none), read
+    without changing it."""
+    rows: dict[str, dict[str, Any]] = {}
+    if not os.path.isfile(path + ".partial"):
+        return rows
+    with open(path + ".partial", "rb") as f:
+        for raw in f:
+            try:
+                obj = json.loads(raw.decode("utf-8")) if raw.endswith(b"\n") else None
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                obj = None
+            if not isinstance(obj, dict) or "id" not in obj:
+                break
+            rows[str(obj["id"])] = obj
+    return rows
 
 
 class ResumableWriter:
@@ -343,10 +379,7 @@ class ResumableWriter:
         self.path, self.sync = path, sync
         self.partial = path + ".partial"
         self._done: dict[str, dict[str, Any]] = {}
-        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise PrmkitError(f"{path}: the folder does not exist")
-        if os.path.isdir(path):
-            raise PrmkitError(f"{path}: is a directory, expected a file")
+        check_output_path(path)
         if resume and os.path.exists(self.partial):
             # Cut the file back to its last complete record (in place: nothing finished is lost).
             os.truncate(self.partial, self._load_partial())

@@ -10,13 +10,17 @@ only when something is left to score (so a finished run loads no model), and bef
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.records import Record, ResumableWriter
+from prmkit.records import Record, ResumableWriter, check_output_path, check_settings, \
+    read_partial
+
+SETTINGS_ID = "__prmkit_score_settings__"  # the id of the partial file's settings line
 
 
 @dataclass
@@ -27,6 +31,59 @@ class ScoreResult:
     prm: Any
     resumed: int
     truncated: int
+
+
+def score_settings(model: str | None, fmt: str | None, config: Any, per_prefix: bool = False,
+                   kind: str = "prm") -> dict[str, Any]:
+    """The settings that change a scoring run's output (a resume must match them): the model
+    (a folder by its absolute path), the step format, the dtype, the length cut, the device and
+    token budget (the batches' make-up moves low-precision scores), the mode."""
+    name = model or "default"
+    if os.path.exists(name):
+        name = os.path.abspath(name)
+    return {"model": name, "format": fmt or "saved in the model folder",
+            **{k: getattr(config, k, None) for k in ("dtype", "max_length", "device",
+                                                      "token_budget")},
+            "per_prefix": per_prefix, "kind": kind}
+
+
+def check_partial(out: str, done: dict[str, dict[str, Any]], records: Sequence[Record],
+                  settings: dict[str, Any] | None) -> None:
+    """Refuse to resume ``out.partial`` when it was written with other settings, or holds a
+    record that is not one of ``records`` as given (apart from its scores)."""
+    head = done.pop(SETTINGS_ID, None)
+    if settings is not None and (done or head):
+        if head is None:
+            raise PrmkitError(f"{out}.partial does not say which model and settings wrote it; "
+                              f"use --no-resume to start again")
+        check_settings(out, {"settings": head.get("settings") or {}},
+                       {"settings": json.loads(json.dumps(settings))})
+    given = {r.id: r for r in records}
+    for rid, row in done.items():
+        rec = given.get(rid)
+        field = "id" if rec is None else _first_difference(rec, row)
+        if field is not None:
+            raise PrmkitError(f"{out}.partial holds record {rid!r} {'' if rec else 'not '}in the "
+                              f"input{f', with another {field!r}' if rec else ''} (other input "
+                              f"records?); use --no-resume to start again")
+    if head is not None:
+        done[SETTINGS_ID] = head
+
+
+def _first_difference(rec: Record, row: dict[str, Any]) -> str | None:
+    """The first field in which a finished row differs from the input record (its scores
+    apart), or None."""
+    want = rec.to_dict()
+    for name in sorted(set(want) | set(row)):
+        a, b = want.get(name), row.get(name)
+        if name == "step_scores":
+            continue
+        if name == "meta":
+            a = {k: v for k, v in (a or {}).items() if k != "outcome_score"}
+            b = {k: v for k, v in (b or {}).items() if k != "outcome_score"}
+        if a != b:
+            return name
+    return None
 
 
 def _restore(rec: Record, row: dict[str, Any] | None, kind: str) -> bool:
@@ -47,25 +104,33 @@ def _restore(rec: Record, row: dict[str, Any] | None, kind: str) -> bool:
 
 def score_records(records: Sequence[Record], prm: Any, out: str | None = None, resume: bool = True,
                   *, kind: str = "prm", per_prefix: bool = False, chunk: int | None = 64,
-                  desc: str = "score") -> ScoreResult:
+                  desc: str = "score", settings: dict[str, Any] | None = None) -> ScoreResult:
     """Score ``records`` with ``prm`` (a PRM, or a function returning one), writing them to
     ``out`` as they finish when given.
 
     ``kind`` ``orm`` writes the score of a solution's end to ``meta.outcome_score``;
     ``per_prefix`` uses the slow reference scoring. Records are scored ``chunk`` at a time,
     longest first; with ``chunk=None`` a PRM's ``score_iter`` streams every batch as it ends.
+    ``settings`` (what changes the scores: model, format, dtype, ...) are written at the head of
+    ``OUT.partial``; a resume from a partial written with other settings, or from other input
+    records, is refused (:func:`check_partial`).
     """
     from tqdm import tqdm
 
     if chunk is not None and chunk < 1:
         raise PrmkitError(f"--chunk must be positive, got {chunk}")
     done: dict[str, dict[str, Any]] = {}
+    if out:
+        check_output_path(out)
     if out and resume and os.path.exists(out + ".partial"):
-        done = ResumableWriter(out).done_rows()  # only reads what is finished
+        done = read_partial(out)  # only reads what is finished
+        check_partial(out, done, records, settings)
     todo = [r for r in records if not _restore(r, done.get(r.id), kind)]
     if callable(prm) and not hasattr(prm, "score"):
         prm = prm() if todo else None  # opened before any output
     writer = ResumableWriter(out, resume=resume) if out else None
+    if writer is not None and settings is not None and SETTINGS_ID not in done:
+        writer.write({"id": SETTINGS_ID, "settings": settings})  # left out of OUT by close()
     if len(todo) < len(records):
         print(f"resuming: {len(records) - len(todo)} of {len(records)} records already scored"
               f" in {out}.partial", file=sys.stderr)

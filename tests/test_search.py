@@ -7,6 +7,8 @@ one for the end of text), the oracle one PRM token per word of the problem and o
 
 from __future__ import annotations
 
+import dataclasses
+
 import importlib
 import json
 from types import SimpleNamespace
@@ -363,6 +365,22 @@ def test_resume_after_a_kill_gives_the_same_records(tmp_path, method):
     with pytest.raises(PrmkitError, match="n=4"):
         run_search(method, qs, gen(), CHAT, Oracle(Scores()), str(tmp_path / "x.jsonl"),
                    METHODS[method][1](n=8, m=2), progress=False)
+    # so are another PRM dtype, other search settings and other problem texts
+    settings = {"prm_dtype": "float32"}
+    with pytest.raises(KeyboardInterrupt):
+        run_search(method, qs, gen(), CHAT, Oracle(Scores()), str(tmp_path / "y.jsonl"), config,
+                   progress=False, on_chunk=kill, run_settings=settings)
+    with pytest.raises(PrmkitError, match='prm_dtype="float32", this run has prm_dtype="bfloat16"'):
+        run_search(method, qs, gen(), CHAT, Oracle(Scores()), str(tmp_path / "y.jsonl"), config,
+                   progress=False, run_settings={"prm_dtype": "bfloat16"})
+    other = dataclasses.replace(config, temperature=config.temperature + 0.5)
+    with pytest.raises(PrmkitError, match="temperature="):
+        run_search(method, qs, gen(), CHAT, Oracle(Scores()), str(tmp_path / "y.jsonl"), other,
+                   progress=False, run_settings=settings)
+    changed = [dataclasses.replace(q, problem=q.problem + " ") for q in qs]
+    with pytest.raises(PrmkitError, match="would not write"):
+        run_search(method, changed, gen(), CHAT, Oracle(Scores()), str(tmp_path / "y.jsonl"),
+                   config, progress=False, run_settings=settings)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -399,3 +399,56 @@ def test_openapi_lists_the_request_bodies(prm):
     body = spec["paths"]["/v1/score"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert set(body["properties"]) == {"problems", "steps", "texts", "aggregates"}
     assert "query" in json.dumps(spec["paths"]["/get_reward"])
+
+
+# ---------------------------------------------------------------------------------------------
+# clients that leave
+
+
+class Slow:
+    """A PRM wrapper that takes ``per_solution`` seconds a solution and counts what it scored."""
+
+    def __init__(self, prm, per_solution: float):
+        self.prm, self.per_solution = prm, per_solution
+        self.bound, self.max_length, self.format = prm.bound, prm.max_length, prm.format
+        self.scored = 0
+
+    def score(self, problems, steps):
+        time.sleep(self.per_solution * len(problems))
+        self.scored += len(problems)
+        return self.prm.score(problems, steps)
+
+
+def raw_request(server, body: bytes, declared: int | None = None) -> socket.socket:
+    """A request sent on a raw socket, left open (the caller closes it: the client leaves)."""
+    host, port = server.url.rsplit("/", 1)[-1].rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)))
+    head = (f"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {declared or len(body)}\r\n\r\n").encode()
+    sock.sendall(head + body)
+    return sock
+
+
+def test_clients_that_leave_stop_costing_compute_and_a_new_request_is_answered(prm, caplog):
+    slow = Slow(prm, per_solution=0.05)
+    big = json.dumps({"problems": [PROBLEMS[1]] * 64, "steps": [STEPS[1]] * 64}).encode()
+    with caplog.at_level("INFO"), serving(slow) as server:
+        socks = [raw_request(server, big) for _ in range(6)]  # 6 x 64 solutions: ~19 s of work
+        while slow.scored == 0:
+            time.sleep(0.01)
+        for s in socks:
+            s.close()
+        truncated = raw_request(server, big[:100], declared=len(big))  # a body cut short
+        truncated.close()
+        start = time.monotonic()
+        with http(server) as c:
+            r = c.post("/v1/score", json={"problems": PROBLEMS[:1], "steps": STEPS[:1]})
+        took = time.monotonic() - start
+        assert r.status_code == 200 and close(r.json()["step_scores"], prm.score(PROBLEMS[:1], STEPS[:1]))
+        time.sleep(0.3)
+        stats = server.scorer.batcher.stats
+        assert took < 5, took
+        assert slow.scored < 64 * 2, slow.scored  # at most the pieces under way, not 384
+        assert stats.dropped == 6 and server.scorer.batcher.queued == 0
+    assert not [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"]
+    assert sum("client disconnected" in r.getMessage() for r in caplog.records) >= 7

@@ -62,7 +62,7 @@ def test_jobs_queued_while_busy_share_one_call_within_the_token_budget():
     assert b.stats.max_group_jobs == 2
 
 
-def test_a_job_larger_than_the_budget_goes_alone():
+def test_a_job_larger_than_the_budget_is_scored_in_pieces():
     rec = Recorder()
     b, first = held_batcher(rec, token_budget=5, max_wait_ms=0)
     big = b.submit(["p", "q"], [["s"], ["s"]], [10, 10])
@@ -71,7 +71,59 @@ def test_a_job_larger_than_the_budget_goes_alone():
     assert big.result(5) == [expected("p", ["s"]), expected("q", ["s"])]
     assert small.result(5) == [expected("r", ["s"])]
     b.close(5)
-    assert rec.calls == [["x"], ["p", "q"], ["r"]]
+    assert rec.calls == [["x"], ["p"], ["q"], ["r"]]
+
+
+def test_a_small_job_is_not_held_back_by_a_long_one():
+    """Pieces alternate between oldest first and least served first: a small job that comes
+    while a long job is being scored waits for at most two pieces."""
+    calls, at_third, go_on = [], threading.Event(), threading.Event()
+
+    def score(problems, steps):
+        calls.append(list(problems))
+        if problems == ["long2"]:  # hold the third piece until the small job is queued
+            at_third.set()
+            go_on.wait(5)
+        return [[0.5] * len(s) for s in steps]
+
+    b = Batcher(score, BatcherConfig(token_budget=1, max_wait_ms=0))
+    long_job = b.submit([f"long{i}" for i in range(10)], [["s"]] * 10, [1] * 10)
+    assert at_third.wait(5)
+    small = b.submit(["small"], [["s"]], [1])
+    go_on.set()
+    assert small.result(5) and long_job.result(5)
+    b.close(5)
+    assert calls.index(["small"]) <= 5 and len(calls) == 11
+
+
+def test_a_caller_who_leaves_stops_costing_compute_after_the_piece_in_progress():
+    from prmkit.serve.batcher import Abandoned
+
+    calls, at_third, go_on = [], threading.Event(), threading.Event()
+
+    def score(problems, steps):
+        calls.append(list(problems))
+        if problems == ["g2"]:
+            at_third.set()
+            go_on.wait(5)
+        return [[0.5] * len(s) for s in steps]
+
+    b = Batcher(score, BatcherConfig(token_budget=1, max_wait_ms=0))
+    gone = b.submit([f"g{i}" for i in range(50)], [["s"]] * 50, [1] * 50)
+    assert at_third.wait(5)
+    queued_gone = b.submit(["q1", "q2"], [["s"], ["s"]], [1, 1])
+    b.cancel(gone)
+    b.cancel(queued_gone)
+    after = b.submit(["after"], [["s"]], [1])
+    go_on.set()
+    assert after.result(5) == [[0.5]]
+    with pytest.raises(Abandoned):
+        gone.result(5)
+    b.close(5)
+    scored = [p for c in calls for p in c]
+    # nothing of theirs after the piece that was under way when they left
+    assert scored == ["g0", "g1", "g2", "after"]
+    assert b.stats.dropped == 2 and b.queued == 0
 
 
 def test_an_idle_batcher_waits_max_wait_for_company():

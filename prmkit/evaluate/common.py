@@ -164,12 +164,13 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str)
     """
     from prmkit.models.load import load_prm
     from prmkit.models.reading import HFConfig
-    from prmkit.scoring import score_records
+    from prmkit.scoring import score_records, score_settings
 
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
     prm = load_prm(args.model, args.format, config)
-    score_records(records, prm, args.save_scores, chunk=None, desc=desc)
+    score_records(records, prm, args.save_scores, chunk=None, desc=desc,
+                  settings=score_settings(args.model, args.format, config))
     dtype = str(next(prm.model.parameters()).dtype).replace("torch.", "")
     return {"name": args.model, "format": prm.format.name, "dtype": dtype, "device": args.device,
             "truncated_solutions": prm.stats.truncated_solutions}

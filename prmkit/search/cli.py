@@ -84,7 +84,8 @@ def _first_line(doc: str | None) -> str:
 def _run_search(args: argparse.Namespace) -> int:
     from prmkit.generate.cli import default_chunk, load_policy, policy_options
     from prmkit.generate.run import read_problems
-    from prmkit.search.run import METHODS, run_search
+    from prmkit.records import check_output_path
+    from prmkit.search.run import METHODS, probe_partial, run_search
     from prmkit.cliutil import config_from_args
 
     _, config_class = METHODS[args.method]
@@ -95,6 +96,14 @@ def _run_search(args: argparse.Namespace) -> int:
     if chunk < 1:
         raise PrmkitError(f"--chunk must be positive, got {args.chunk}")
     problems = read_problems(args.input, args.input_format, args.limit)  # errors before loading
+    # what changes the candidates besides the method's config: a resume must match it
+    run_settings = {"prm_format": args.prm_format, "prm_dtype": args.prm_dtype,
+                    **{k: kwargs[k] for k in ("backend", "dtype", "tokenizer", "prompt_style",
+                                              "step_rule", "n_ctx", "model_name")}}
+    if not args.no_resume:
+        probe_partial(args.output, problems, args.method, config, args.policy,
+                      args.prm or "default", run_settings)
+    check_output_path(args.output)
     if args.threads:   # the PRM runs in this process too (load_policy sets it for hf only)
         import torch
 
@@ -106,6 +115,6 @@ def _run_search(args: argparse.Namespace) -> int:
     generator, prompter = load_policy(args.policy, **kwargs)
     summary = run_search(args.method, problems, generator, prompter, prm, args.output, config,
                          chunk=chunk, resume=not args.no_resume, policy=args.policy,
-                         prm_name=args.prm or "default")
+                         prm_name=args.prm or "default", run_settings=run_settings)
     print(f"{summary.line()} -> {args.output}", file=sys.stderr)
     return 0

@@ -36,7 +36,6 @@ finish (up to ``graceful_timeout``), then drains the queue and stops the worker.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
 import json
@@ -58,6 +57,7 @@ from prmkit.errors import PrmkitError
 from prmkit.models.base import PRM
 from prmkit.serve.batcher import Batcher, Closed, Overloaded
 from prmkit.serve.config import ServeConfig
+from prmkit.serve.disconnect import WatchDisconnect, body_chunks, wait_answer
 from prmkit.serve.queries import response_steps, rewards_from_scores, safe_aggregate, split_query
 
 log = logging.getLogger("prmkit")
@@ -97,6 +97,11 @@ class RequestError(Exception):
                  headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.kind, self.headers = status, message, kind, headers
+
+
+def gone() -> RequestError:
+    """What a client that disconnected gets (no one reads it; prmkit/serve/disconnect.py)."""
+    return RequestError(499, "the client disconnected", "client_disconnected")
 
 
 def error_response(status: int, message: str, kind: str,
@@ -170,7 +175,7 @@ class Scorer:
                                {"Retry-After": str(e.retry_after)}) from None
         except Closed as e:
             raise RequestError(503, str(e), "shutting_down", {"Retry-After": "5"}) from None
-        scores = await asyncio.wrap_future(future)
+        scores = await wait_answer(future, self.batcher.cancel, f"{len(todo)} solutions", gone)
         for i, row in zip(todo, scores):
             out[i] = row
         return out
@@ -194,7 +199,7 @@ async def read_json(request: Request, limit: int) -> Any:
         raise RequestError(413, f"the body is {int(declared)} bytes; this server takes at most "
                                 f"{limit} bytes", "too_large")
     chunks, size = [], 0
-    async for chunk in request.stream():
+    async for chunk in body_chunks(request, gone):  # the client may leave while sending
         size += len(chunk)
         if size > limit:
             raise RequestError(413, f"the body is over {limit} bytes, the most this server takes",
@@ -392,8 +397,8 @@ def uvicorn_server(app: FastAPI, config: ServeConfig, log_level: str = "warning"
                    access_log: bool = False) -> Any:
     import uvicorn
 
-    return uvicorn.Server(uvicorn.Config(
-        app, log_level=log_level, access_log=access_log, lifespan="on",
+    return uvicorn.Server(uvicorn.Config(  # WatchDisconnect: a client that leaves costs nothing
+        WatchDisconnect(app), log_level=log_level, access_log=access_log, lifespan="on",
         timeout_graceful_shutdown=config.graceful_timeout or None))
 
 

@@ -10,20 +10,28 @@ How it works:
 
 * **one worker thread owns the model.** Request handlers never touch it: they
   :meth:`Batcher.submit` a job (the solutions of one request) and wait on its future;
-* **a group** is formed when the oldest waiting job has waited ``max_wait_ms``, or as soon as
-  the waiting jobs fill the token budget, whichever comes first (and at once while closing).
-  Jobs are taken whole, oldest first, while the group's padded size (its longest solution x its
+* **the work is cut into pieces**, one call to the PRM's ``score`` each. When the server is
+  idle, the first piece waits until the oldest job has waited ``max_wait_ms``, or until the
+  waiting jobs fill the token budget, whichever comes first (and not at all while closing).
+  A piece takes solutions, oldest job first, while its padded size (its longest solution x its
   number of solutions, as :func:`prmkit.models.hf.token_budget_batches` counts it) stays within
-  ``token_budget``; the first job is always taken, however large. The group goes to the PRM's
-  ``score`` in one call, which sorts it by length and packs it into token-budget forward passes;
-* while the worker runs a group, new jobs wait; a busy server therefore forms larger groups by
-  itself, and an idle one answers a lone request after at most ``max_wait_ms``;
-* **the queue is bounded** by the number of solutions waiting (``max_queue``). A job that would
+  a cap: ``token_budget``, or less where the measured speed says one call would take more than
+  ``PIECE_SECONDS`` (2 s; 1024 tokens before the first measure). A piece always takes at least
+  one solution, and a job larger than the cap is scored over several pieces. The PRM sorts a
+  piece by length and packs it into token-budget forward passes;
+* **pieces alternate** between oldest job first and least served job first: a small request
+  that comes while a long one is being scored waits for at most two pieces, and a stream of
+  small requests cannot starve a long one;
+* while the worker scores a piece, new jobs wait; a busy server therefore forms larger pieces
+  by itself, and an idle one answers a lone request after at most ``max_wait_ms``;
+* **the queue is bounded** by the number of solutions waiting (``max_queue``), and every
+  admitted job is answered after at most about twice the work queued before it. A job that would
   go past it is refused at once with :class:`Overloaded`, which carries a Retry-After estimate
   (queued solutions x the measured seconds per solution, 1 to 60 s). Nothing waits unbounded;
-* a job whose caller gave up (its future was cancelled) before its group formed is dropped
-  without being scored;
-* when the PRM fails on a group, its jobs are scored again one by one, so only the job it
+* **a job whose caller left** costs nothing after the piece under way: its future cancelled
+  before it started, or :meth:`Batcher.cancel` (the server calls it when the client
+  disconnects), drops it before the next piece, and its future raises :class:`Abandoned`;
+* when the PRM fails on a piece, its jobs' parts are scored again one by one, so only the job it
   cannot score gets the error;
 * :meth:`Batcher.close` stops taking jobs and finishes every job already queued, so a graceful
   shutdown loses no accepted request.
@@ -100,13 +108,33 @@ class BatcherStats:
 class _Job:
     problems: list[str]
     steps: list[list[str]]
-    longest: int                 # tokens of its longest solution
+    lengths: list[int]           # tokens of each solution
     future: Future
     arrived: float
+    done: int = 0                # solutions scored so far (the first ``done``)
+    scores: list = field(default_factory=list)
+    served: int = 0              # pieces it had a share of
+    abandoned: bool = False      # its caller left (:meth:`Batcher.cancel`)
+
+    @property
+    def longest(self) -> int:
+        return max(self.lengths)
+
+    @property
+    def left(self) -> int:
+        return len(self.problems) - self.done
+
+
+class Abandoned(Exception):
+    """The caller of a job left (:meth:`Batcher.cancel`): its solutions were not scored."""
+
+
+PIECE_SECONDS = 2.0   # aim of one call to the PRM (as measured), so a caller who left costs
+FIRST_PIECE = 1024    # at most about this long; the token cap of the first call (no measure yet)
 
 
 class Batcher:
-    """Queue scoring jobs and run them in groups on one worker thread. See the module docstring.
+    """Queue scoring jobs and run them in pieces on one worker thread. See the module docstring.
 
     ``score`` is the PRM's protocol method (``prmkit.models.base.PRM.score``); it is only ever
     called from the worker thread.
@@ -116,9 +144,12 @@ class Batcher:
         self.score_fn = score
         self.config = config or BatcherConfig()
         self.stats = BatcherStats()
-        self._queue: deque[_Job] = deque()
-        self._queued = 0                      # solutions in the queue
-        self._seconds_per_solution = 0.05     # refined by measurement, for Retry-After
+        self._queue: deque[_Job] = deque()     # not started
+        self._active: list[_Job] = []          # started, not finished
+        self._queued = 0                       # solutions not yet scored (queued or active)
+        self._seconds_per_solution = 0.05      # refined by measurement, for Retry-After
+        self._seconds_per_token: float | None = None  # measured, for the size of a piece
+        self._turn = 0
         self._cond = threading.Condition()
         self._closing = False
         self._worker = threading.Thread(target=self._run, name="prmkit-batcher", daemon=True)
@@ -140,7 +171,7 @@ class Batcher:
         if n == 0:
             future.set_result([])
             return future
-        longest = max(lengths) if lengths else 1
+        sizes = [max(1, int(x)) for x in lengths] if lengths else [1] * n
         with self._cond:
             if self._closing:
                 raise Closed("the server is shutting down")
@@ -150,15 +181,25 @@ class Batcher:
                 raise Overloaded(f"the server is busy: {self._queued} solutions are queued (at "
                                  f"most {self.config.max_queue}); retry later",
                                  retry_after=min(60, max(1, wait)))
-            self._queue.append(_Job(list(problems), [list(s) for s in steps], int(longest),
-                                    future, time.monotonic()))
+            self._queue.append(_Job(list(problems), [list(s) for s in steps], sizes, future,
+                                    time.monotonic()))
             self._queued += n
             self._cond.notify()
         return future
 
+    def cancel(self, future: Future) -> None:
+        """The caller of ``future`` left: drop its job before its next piece (a piece being
+        scored finishes); its future then raises :class:`Abandoned`."""
+        with self._cond:
+            for job in (*self._queue, *self._active):
+                if job.future is future:
+                    job.abandoned = True
+                    future.cancel()  # succeeds only while the job has not started
+            self._cond.notify()
+
     @property
     def queued(self) -> int:
-        """Solutions waiting for a group."""
+        """Solutions waiting to be scored (not in the piece being scored)."""
         return self._queued
 
     def close(self, timeout: float | None = None) -> None:
@@ -171,80 +212,124 @@ class Batcher:
     # -- the worker -------------------------------------------------------------------------------
     def _run(self) -> None:
         while True:
-            group = self._next_group()
-            if group is None:
+            piece = self._next_piece()
+            if piece is None:
                 return
-            if group:
-                self._score(group)
+            if piece:
+                self._score(piece)
 
-    def _next_group(self) -> list[_Job] | None:
-        """Wait for a group (see the module docstring); None when closed and drained."""
+    def _next_piece(self) -> list[tuple[_Job, int, int]] | None:
+        """Wait for work and cut the next piece (see the module docstring); None when closed
+        and drained."""
         cfg = self.config
         with self._cond:
-            while not self._queue:
+            self._drop_abandoned()
+            while not self._queue and not self._active:
                 if self._closing:
                     return None
                 self._cond.wait()
-            deadline = self._queue[0].arrived + cfg.max_wait_ms / 1000.0
-            while not self._closing and self._padded(self._queue) < cfg.token_budget:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            group: list[_Job] = []
-            longest = count = 0
-            while self._queue:
-                job = self._queue[0]
-                size = max(longest, job.longest) * (count + len(job.problems))
-                if group and size > cfg.token_budget:
-                    break
-                self._queue.popleft()
-                self._queued -= len(job.problems)
+                self._drop_abandoned()
+            if not self._active and self._queue:  # idle: let company gather for max_wait
+                deadline = self._queue[0].arrived + cfg.max_wait_ms / 1000.0
+                while not self._closing and self._padded(self._queue) < cfg.token_budget:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                self._drop_abandoned()
+            return self._cut()
+
+    def _drop_abandoned(self) -> None:
+        for job in [j for j in (*self._queue, *self._active) if j.abandoned]:
+            (self._queue if job in self._queue else self._active).remove(job)
+            self._queued -= job.left
+            self.stats.dropped += 1
+            if not job.future.done():  # done: cancelled while it waited
+                job.future.set_exception(Abandoned("the caller left"))
+
+    def _cap(self) -> int:
+        """The token cap of the next piece: ``token_budget``, or less where one call would take
+        longer than ``PIECE_SECONDS`` at the measured speed."""
+        budget = self.config.token_budget
+        if self._seconds_per_token is None:
+            return min(budget, FIRST_PIECE)
+        return max(1, min(budget, int(PIECE_SECONDS / max(self._seconds_per_token, 1e-12))))
+
+    def _cut(self) -> list[tuple[_Job, int, int]]:
+        """The next piece: (job, first, end) ranges of solutions under the cap, at least one
+        solution. Turns alternate between oldest first and least served first, so a long job
+        cannot hold a new small one back for more than a piece, nor new ones starve it."""
+        self._turn += 1
+        order = (lambda j: j.arrived) if self._turn % 2 else (lambda j: (j.served, j.arrived))
+        jobs = sorted([*self._active, *self._queue], key=order)
+        cap, piece, longest, count = self._cap(), [], 0, 0
+        for job in jobs:
+            if count and max(longest, job.lengths[job.done]) * (count + 1) > cap:
+                break
+            if job in self._queue:
+                self._queue.remove(job)
                 if not job.future.set_running_or_notify_cancel():  # the caller left
+                    self._queued -= len(job.problems)
                     self.stats.dropped += 1
                     continue
-                group.append(job)
-                longest, count = max(longest, job.longest), count + len(job.problems)
-            return group
+                self._active.append(job)
+            end = job.done
+            while end < len(job.problems):
+                size = max(longest, job.lengths[end]) * (count + 1)
+                if count and size > cap:
+                    break
+                longest, count, end = max(longest, job.lengths[end]), count + 1, end + 1
+            piece.append((job, job.done, end))
+            self._queued -= end - job.done  # in a piece: no longer waiting
+            if end < len(job.problems):
+                break
+        return piece
 
     @staticmethod
     def _padded(jobs: deque[_Job]) -> int:
         return max(j.longest for j in jobs) * sum(len(j.problems) for j in jobs)
 
-    def _score(self, group: list[_Job]) -> None:
-        """Score a group in one call. If it fails, score its jobs one by one, so a job the PRM
-        cannot score fails alone and the others still get their answers."""
-        problems = [p for job in group for p in job.problems]
-        steps = [s for job in group for s in job.steps]
+    def _score(self, piece: list[tuple[_Job, int, int]]) -> None:
+        """Score a piece in one call. If it fails, score its jobs' parts one by one, so a job
+        the PRM cannot score fails alone and the others still get their answers."""
+        problems = [p for job, a, b in piece for p in job.problems[a:b]]
+        steps = [s for job, a, b in piece for s in job.steps[a:b]]
+        padded = max(job.lengths[i] for job, a, b in piece for i in range(a, b)) * len(problems)
         start = time.monotonic()
         try:
             scores = self._call(problems, steps)
         except Exception as e:
-            if len(group) == 1:
-                group[0].future.set_exception(e)
+            if len(piece) == 1:
+                self._fail(piece[0], e)
                 return
-            for job in group:
-                self._score_alone(job)
+            for part in piece:
+                self._score_alone(part)
             return
         except BaseException as e:  # KeyboardInterrupt and the like: tell every caller, stop
-            for job in group:
-                job.future.set_exception(e)
+            for part in piece:
+                self._fail(part, e)
             raise
-        self._record(group, len(problems), time.monotonic() - start)
-        at = 0
-        for job in group:
-            job.future.set_result(scores[at:at + len(job.problems)])
-            at += len(job.problems)
+        self._record(piece, scores, padded, time.monotonic() - start)
 
-    def _score_alone(self, job: _Job) -> None:
+    def _score_alone(self, part: tuple[_Job, int, int]) -> None:
+        job, a, b = part
+        padded = max(job.lengths[a:b]) * (b - a)
         start = time.monotonic()
         try:
-            scores = self._call(job.problems, job.steps)
+            scores = self._call(job.problems[a:b], job.steps[a:b])
         except Exception as e:
-            job.future.set_exception(e)
+            self._fail(part, e)
             return
-        self._record([job], len(job.problems), time.monotonic() - start)
-        job.future.set_result(scores)
+        self._record([part], scores, padded, time.monotonic() - start)
+
+    def _fail(self, part: tuple[_Job, int, int], error: BaseException) -> None:
+        job, _, end = part
+        with self._cond:
+            if job in self._active:
+                self._active.remove(job)
+                self._queued -= len(job.problems) - end  # what no piece has taken yet
+        if not job.future.done():
+            job.future.set_exception(error)
 
     def _call(self, problems: list[str], steps: list[list[str]]) -> list[list[float | None]]:
         scores = self.score_fn(problems, steps)
@@ -253,10 +338,27 @@ class Batcher:
                                f"{len(problems)} solutions")
         return scores
 
-    def _record(self, group: list[_Job], n: int, elapsed: float) -> None:
+    def _record(self, piece: list[tuple[_Job, int, int]], scores: list[list[float | None]],
+                padded: int, elapsed: float) -> None:
+        """Hand the scores to their jobs (a finished job gets its answer) and measure."""
+        finished, at = [], 0
         with self._cond:
+            n = len(scores)
             self._seconds_per_solution = 0.8 * self._seconds_per_solution + 0.2 * elapsed / n
+            rate = elapsed / max(1, padded)
+            self._seconds_per_token = rate if self._seconds_per_token is None else \
+                0.7 * self._seconds_per_token + 0.3 * rate
+            for job, a, b in piece:
+                job.scores += scores[at:at + b - a]
+                at += b - a
+                job.done, job.served = b, job.served + 1
+                if job.done == len(job.problems) and job in self._active:
+                    self._active.remove(job)
+                    finished.append(job)
             self.stats.groups += 1
-            self.stats.jobs += len(group)
+            self.stats.jobs += len(finished)
             self.stats.solutions += n
-            self.stats.max_group_jobs = max(self.stats.max_group_jobs, len(group))
+            self.stats.max_group_jobs = max(self.stats.max_group_jobs, len(piece))
+        for job in finished:
+            if not job.future.done():
+                job.future.set_result(job.scores)

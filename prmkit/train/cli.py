@@ -4,6 +4,7 @@ option's help is the config field's help."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from typing import Any
@@ -12,6 +13,13 @@ from prmkit.cliutil import AGGREGATE_CHOICES, Formatter, add_config_options, add
     config_from_args
 from prmkit.errors import PrmkitError
 from prmkit.models.reading import TRAIN_DTYPES
+from prmkit.train.loop import NoExamples
+
+NO_EXAMPLES = {  # what a trainer needs of a record, when it found none
+    "prm": "no record has a labelled step (labels or first_error) within --max-length",
+    "orm": "no record has is_correct (and, for pairwise, a correct and a wrong solution in a "
+           "group) within --max-length",
+    "implicit-prm": "no record has is_correct within --max-length"}
 
 
 def add_train(sub: Any) -> None:
@@ -45,13 +53,19 @@ def _no_kind(parser: argparse.ArgumentParser) -> int:
 def _run_train(args: argparse.Namespace) -> int:
     command = "prmkit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     cfg = config_from_args(args.config_class, args, command=command)
+    if os.path.exists(cfg.output) and not os.path.isdir(cfg.output):
+        raise PrmkitError(f"--output {cfg.output}: is a file; the output is a folder (best/, "
+                          f"last/, metrics.jsonl)")
     if args.kind == "prm":
         from prmkit.train.prm import train_prm as run
     elif args.kind == "implicit-prm":
         from prmkit.train.implicit import train_implicit as run
     else:
         from prmkit.train.orm import train_orm as run
-    history = run(cfg)
+    try:
+        history = run(cfg)
+    except NoExamples:
+        raise PrmkitError(f"{cfg.data}: {NO_EXAMPLES[args.kind]}") from None
     from accelerate import PartialState
 
     if not PartialState().is_main_process:  # under accelerate launch, rank 0 reports

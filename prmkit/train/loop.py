@@ -17,7 +17,9 @@
 * validation every ``eval_every`` optimiser steps (default: each epoch's end) and after the last
   step, a fitness score
   from the caller, ``DIR/metrics.jsonl``, ``DIR/last/`` and ``DIR/best/`` (like a detector
-  trainer's last.pt and best.pt), and resume from ``DIR/last/`` after a kill;
+  trainer's last.pt and best.pt), and resume from ``DIR/last/`` after a kill at any moment
+  (the write order, and the recovery at the start, are :mod:`prmkit.train.checkpoint`'s); a
+  finished run, rerun, says it is done and returns the whole run's validation lines;
 * ``accelerate``: the loop runs unchanged under ``accelerate launch`` (DDP on CPU with gloo, or
   GPUs; DeepSpeed ZeRO through an accelerate config). Each process takes its share of every
   optimiser step's batches; only the main process validates and writes.
@@ -30,14 +32,20 @@ import math
 import os
 import random
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.train import checkpoint as ckpt
 
 TRAIN_MODES = ("last-k", "lora", "full")
 BUCKET = 32  # examples sorted by length together when batches are made
+
+
+class NoExamples(PrmkitError):
+    """The trainer made no training example from its data (the CLI names the file)."""
 
 
 @dataclass
@@ -195,7 +203,7 @@ class Loop:
         from accelerate import Accelerator
 
         if not examples:
-            raise PrmkitError("no training examples with a labelled step")
+            raise NoExamples("no training examples")
         self.torch, self.cfg, self.output = torch, cfg, output
         self.objective, self.examples = objective, examples
         self.fitness, self.evaluate, self.save = fitness, evaluate, save
@@ -217,8 +225,10 @@ class Loop:
             0.0, (self.total_steps - s) / max(1, self.total_steps - warm))))
         self.model, self.opt = self.acc.prepare(model, opt)
         self.sched = sched
-        self.step, self.best, self.running = 0, None, None
+        self.step, self.best, self.best_step, self.running = 0, None, None, None
+        self.history: list[dict[str, Any]] = []  # every validation line of the run
         self.last_dir, self.best_dir = os.path.join(output, "last"), os.path.join(output, "best")
+        self.metrics_path = os.path.join(output, "metrics.jsonl")
         os.makedirs(output, exist_ok=True)
 
     # -- state ------------------------------------------------------------------------------
@@ -226,6 +236,9 @@ class Loop:
         return os.path.join(self.last_dir, "trainer_state.json")
 
     def try_resume(self) -> bool:
+        if self.acc.is_main_process:  # undo what a kill cut short (the checkpoint module's doc)
+            ckpt.recover(self.output, self.cfg.resume)
+        self.acc.wait_for_everyone()
         if not (self.cfg.resume and os.path.isfile(self._state_path())):
             return False
         from safetensors.torch import load_file
@@ -246,11 +259,23 @@ class Loop:
         self.opt.load_state_dict(opt_state["optimizer"])
         self.sched.load_state_dict(opt_state["scheduler"])
         self.step, self.best = state["step"], state["best"]
-        self.running = state.get("running_loss")
+        self.best_step, self.running = state.get("best_step"), state.get("running_loss")
+        self.history = list(state["history"]) if "history" in state else self._old_lines()
         return True
 
+    def _old_lines(self) -> list[dict[str, Any]]:
+        """The validation lines of a checkpoint from before they were kept in its state: those
+        of metrics.jsonl up to its step."""
+        if not os.path.isfile(self.metrics_path):
+            return []
+        with open(self.metrics_path, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        return [r for r in rows if isinstance(r, dict) and r.get("step", 0) <= self.step]
+
     def _checkpoint(self, metrics: dict[str, Any]) -> None:
-        """Write last/ (usable model + what resuming needs) and, if better, best/."""
+        """Write last/ (usable model + what resuming needs, with every validation line so far),
+        best/ if this step is the best, and metrics.jsonl, in the order of
+        :mod:`prmkit.train.checkpoint`: a kill at any moment leaves a recoverable state."""
         from safetensors.torch import save_file
 
         model = self.acc.unwrap_model(self.model)
@@ -258,27 +283,28 @@ class Loop:
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
         self.save(model, tmp, metrics)
+        ckpt.write_step("saved the model into last.tmp")
         state = model.state_dict()
         save_file({n: state[n].detach().contiguous().cpu() for n in trainable_names(model)},
                   os.path.join(tmp, "trainable.safetensors"))
         self.torch.save({"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict()},
                         os.path.join(tmp, "optimizer.pt"))
+        ckpt.write_mark(tmp, self.step)
+        ckpt.write_step("wrote what resuming needs into last.tmp")
         improved = self.best is None or metrics[self.fitness] > self.best
         if improved:
-            self.best = metrics[self.fitness]
-        with open(os.path.join(tmp, "trainer_state.json"), "w", encoding="utf-8") as f:
-            json.dump({"step": self.step, "total_steps": self.total_steps, "best": self.best,
-                       "running_loss": self.running,
-                       "fitness": self.fitness, "config": asdict(self.cfg)}, f, indent=2)
-        shutil.rmtree(self.last_dir, ignore_errors=True)
-        os.replace(tmp, self.last_dir)
+            self.best, self.best_step = metrics[self.fitness], self.step
+        self.history.append(metrics)
+        ckpt.write_json(os.path.join(tmp, ckpt.STATE), {
+            "step": self.step, "total_steps": self.total_steps, "best": self.best,
+            "best_step": self.best_step, "running_loss": self.running, "fitness": self.fitness,
+            "config": asdict(self.cfg), "history": self.history})
+        ckpt.write_step("last.tmp complete")
+        ckpt.swap_in(tmp, self.last_dir)
         if improved:
-            btmp = self.best_dir + ".tmp"
-            shutil.rmtree(btmp, ignore_errors=True)
-            shutil.copytree(self.last_dir, btmp, ignore=shutil.ignore_patterns(
-                "optimizer.pt", "trainable.safetensors", "trainer_state.json"))
-            shutil.rmtree(self.best_dir, ignore_errors=True)
-            os.replace(btmp, self.best_dir)
+            ckpt.copy_best(self.last_dir, self.best_dir, self.step)
+        ckpt.write_metrics(self.metrics_path, self.history)
+        ckpt.write_step("metrics.jsonl written")
 
     # -- one optimiser step -------------------------------------------------------------------
     def _loss(self, batch: list[int]) -> Any:
@@ -294,10 +320,11 @@ class Loop:
 
         torch, cfg = self.torch, self.cfg
         resumed = self.try_resume()
-        history: list[dict[str, Any]] = []
-        metrics_path = os.path.join(self.output, "metrics.jsonl")
-        if not resumed and self.acc.is_main_process and os.path.exists(metrics_path):
-            os.unlink(metrics_path)
+        if not resumed and self.acc.is_main_process and os.path.exists(self.metrics_path):
+            os.unlink(self.metrics_path)
+        if resumed and self.step >= self.total_steps and self.acc.is_main_process:
+            print(f"training is already done: {self.last_dir} holds step {self.step} of "
+                  f"{self.total_steps} (--no-resume trains again)", file=sys.stderr)
         self.model.train()
         rank, world = self.acc.process_index, self.acc.num_processes
         bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit="step",
@@ -341,13 +368,10 @@ class Loop:
                         m[self.fitness] = -m["train_loss"]
                     self.model.train()
                     self._checkpoint(m)
-                    with open(metrics_path, "a", encoding="utf-8") as f:
-                        f.write(json.dumps(m) + "\n")
-                    history.append(m)
                     bar.write("  ".join(f"{k}={v}" for k, v in m.items()))
                 self.acc.wait_for_everyone()
         bar.close()
         # tear the process group down here: left to interpreter exit, gloo's threads can abort
         # a process ("terminate called without an active exception", 1 run in 8 measured)
         self.acc.end_training()
-        return history
+        return list(self.history)
