@@ -119,7 +119,7 @@ def _add_score(sub: Any) -> None:
 def _run_score(args: argparse.Namespace) -> int:
     from prmkit.models.load import model_kind, open_prm
     from prmkit.models.reading import HFConfig
-    from prmkit.records import read_records
+    from prmkit.formats.detect import read_records
     from prmkit.scoring import score_records
 
     records = read_records(args.input)
@@ -186,7 +186,8 @@ def _add_select(sub: Any) -> None:
 
 def _run_select(args: argparse.Namespace) -> int:
     from prmkit import select
-    from prmkit.records import read_records, write_records
+    from prmkit.formats.detect import read_records
+    from prmkit.records import write_records
 
     records = read_records(args.input)
     chosen = select.select(records, args.by, weight_by=args.weight_by)

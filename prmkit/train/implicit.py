@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.records import Record, read_records
+from prmkit.formats.detect import read_records
+from prmkit.records import Record
 from prmkit.stepformat import BoundFormat, StepFormat
 from prmkit.models import folder as modeldir
 from prmkit.train import orm
