@@ -55,7 +55,7 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
     ``per_prefix`` uses the slow reference scoring. Records are scored ``chunk`` at a time,
     longest first; with ``chunk=None`` a PRM's ``score_iter`` streams every batch as it ends.
     """
-    from tqdm import tqdm
+    from prmkit.progress import progress
 
     if chunk is not None and chunk < 1:
         raise PrmkitError(f"--chunk must be positive, got {chunk}")
@@ -69,8 +69,8 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
     if len(todo) < len(records):
         print(f"resuming: {len(records) - len(todo)} of {len(records)} records already scored"
               f" in {out}.partial", file=sys.stderr)
-    with tqdm(total=len(records), initial=len(records) - len(todo), desc=desc, unit="rec",
-              disable=None) as bar:
+    with progress(total=len(records), initial=len(records) - len(todo), desc=desc,
+                  unit="rec") as bar:
         for rec, scores in _scored(prm, todo, per_prefix, chunk):
             if kind == "orm":  # one score for the whole solution, read at its end
                 rec.meta["outcome_score"] = scores[-1]
