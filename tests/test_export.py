@@ -108,3 +108,22 @@ def test_the_default_prm_exports(tmp_path):
     from prmkit.models.load import default_prm_path
 
     check_export(default_prm_path(), tmp_path, records(3), "ForTokenClassification", "default")
+
+
+@pytest.mark.parametrize("fmt,arch", [("math-shepherd", "ForCausalLM"),
+                                      ("qwen-prm", "ForTokenClassification"),
+                                      ("trl", "ForTokenClassification")])
+def test_public_formats_export_with_a_working_snippet(tmp_path, fmt, arch):
+    """Whole-text formats read at tag ids (Math-Shepherd; Qwen's chat layout) and TRL's
+    pieces with BOS: the card's snippet follows each format's own rule."""
+    import tiny
+
+    model = tmp_path / "model"
+    net = tiny.causal_lm() if arch == "ForCausalLM" else tiny.token_classifier()
+    net.save_pretrained(model, safe_serialization=True)
+    tok = tiny.tokenizer()
+    tok.save_pretrained(model)
+    from prmkit.stepformat import get_format
+
+    get_format(fmt).save(str(model))
+    check_export(str(model), tmp_path, records(4), arch, fmt)
