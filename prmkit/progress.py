@@ -6,12 +6,12 @@ builds its progress with, in place of ``tqdm(..., disable=None)``; it takes tqdm
 * stderr is a terminal: a tqdm bar, as before;
 * stderr is not a terminal (a log file, a cluster job, CI): a plain line every
   ``PRMKIT_PROGRESS_EVERY`` seconds (default 30; 0 = at every update), in the spirit of the
-  Hugging Face Trainer's log lines, and one when the job ends::
+  Hugging Face Trainer's log lines, and one when the job ends (when it ran that long)::
 
       prmkit: score: 120/400 rec (30%), 4.1 rec/s, elapsed 0:00:29, left 0:01:08
       prmkit: train: 40/54 step (74%), 0.52 step/s, elapsed 0:01:16, left 0:00:26, loss=0.4125
 
-  Nothing is printed for a job with nothing to do.
+  Nothing is printed for a job with nothing to do, or one shorter than the interval.
 * ``disable=True`` prints nothing either way (a job run inside another that shows its own).
 """
 
@@ -103,8 +103,11 @@ class LogProgress:
         if self.closed:
             return
         self.closed = True
-        if self.n != self.printed_n and self.n > self.initial:
-            self._print(time.monotonic())
+        now = time.monotonic()
+        # the last count, for a job that was long enough to be reported at all
+        long_enough = self.printed_n is not None or now - self.start >= self.every
+        if self.n != self.printed_n and self.n > self.initial and long_enough:
+            self._print(now)
 
     def __enter__(self) -> "LogProgress":
         return self

@@ -43,6 +43,7 @@ def is_datasets_folder(path: str) -> bool:
 
 def table_kind(path: str) -> str | None:
     """hf, folder, parquet or arrow: what kind of table ``path`` is (None: not a table)."""
+    path = os.fspath(path)
     if path.startswith(HF_PREFIX):
         return "hf"
     if path == "-":
@@ -64,6 +65,7 @@ def is_table(path: str) -> bool:
 
 def read_table(path: str) -> Any:
     """The whole table at ``path`` as a ``pyarrow.Table``."""
+    path = os.fspath(path)
     kind = table_kind(path)
     if kind is None:
         raise PrmkitError(f"{path}: not a datasets folder, Arrow or Parquet file, or hf:NAME")

@@ -63,6 +63,12 @@ def test_the_interval_is_steady(monkeypatch):
     lines = out.getvalue().splitlines()
     assert len(lines) == 10  # at 10, 20, ... 100 seconds; the last one is 100/100
     assert "left 0:00:50" in lines[4] and "1 it/s" in lines[4]
+    short = io.StringIO()
+    with LogProgress(total=3, file=short, every=30) as bar:  # done in 3 s: nothing to report
+        for _ in range(3):
+            clock[0] += 1
+            bar.update(1)
+    assert short.getvalue() == ""
 
 
 def test_score_to_a_file_prints_progress_lines(tiny_base, tmp_path):

@@ -145,3 +145,19 @@ def test_hub_source_goes_through_load_dataset(monkeypatch, tmp_path):
     want = read_records(write_jsonl(tmp_path / "t.jsonl", LAYOUTS["trl"]))
     assert dicts(read_records("hf:trl-lib/x:default:test")) == dicts(want)
     assert calls[-1] == ("trl-lib/x", "default", "test")
+
+
+def test_problems_and_paths_read_from_tables_too(tmp_path):
+    """generate reads its problems through the same rows; a pathlib path is a path."""
+    from pathlib import Path
+
+    assert main(["lab", "problems", "--n", "3", "--seed", "1", "--output",
+                 str(tmp_path / "p.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    src = as_parquet(tmp_path / "p.parquet", rows)
+    for name, source in (("a", str(tmp_path / "p.jsonl")), ("b", src)):
+        assert main(["generate", "--policy", "lab", "--input", source, "-n", "2",
+                     "--output", str(tmp_path / f"{name}.jsonl")]) == 0
+    assert dicts(read_records(str(tmp_path / "a.jsonl"))) == \
+        dicts(read_records(str(tmp_path / "b.jsonl")))
+    assert dicts(read_records(Path(src))) == dicts(read_records(src))

@@ -89,7 +89,7 @@ def extras(obj: dict[str, Any], used: set[str]) -> dict[str, Any]:
 def peek(path: str, size: int = 64) -> bytes:
     """The first bytes of a file (empty for standard input, which cannot be peeked, and for a
     table that is not one file: a datasets folder, ``hf:NAME``)."""
-    if path == "-" or path.startswith(HF_PREFIX) or is_datasets_folder(path):
+    if path == "-" or str(path).startswith(HF_PREFIX) or is_datasets_folder(path):
         return b""
     try:
         with open(path, "rb") as f:
