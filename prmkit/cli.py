@@ -120,7 +120,7 @@ def _add_score(sub: Any) -> None:
 def _run_score(args: argparse.Namespace) -> int:
     from prmkit.models.load import model_kind, open_prm
     from prmkit.models.reading import HFConfig
-    from prmkit.records import read_records
+    from prmkit.formats.detect import read_records
     from prmkit.records import check_output_path
     from prmkit.scoring import score_records, score_settings
 
@@ -136,6 +136,36 @@ def _run_score(args: argparse.Namespace) -> int:
                   chunk=args.chunk,
                   settings=score_settings(args.model, args.format, config, args.per_prefix, kind))
     print(f"scored {len(records)} records -> {args.output}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# export
+
+
+def _add_export(sub: Any) -> None:
+    from prmkit.models import export
+
+    p = _parser(sub, "export", "write a PRM folder as a standard Hugging Face model folder",
+                (export.__doc__ or "").split("\n\n", 1)[1])
+    p.add_argument("--model", required=True,
+                   help="a prmkit PRM or ORM folder (full, LoRA-merged or a last-k delta) or a "
+                        "default model name")
+    p.add_argument("--output", required=True, help="the folder to write (must not exist, or be empty)")
+    p.add_argument("--format", default=None,
+                   help="step format preset or prmkit_format.json path; default: the format "
+                        "saved in the model folder")
+    p.add_argument("--dtype", default="float32", choices=export.EXPORT_DTYPES,
+                   help="the dtype of the written weights")
+    p.set_defaults(run=_run_export)
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from prmkit.models.export import export_prm
+
+    info = export_prm(args.model, args.output, args.dtype, args.format)
+    print(f"exported {args.model} -> {args.output} ({info['architecture']}, "
+          f"{info['parameters']:,} parameters, format {info['format']})", file=sys.stderr)
     return 0
 
 
@@ -160,7 +190,8 @@ def _add_select(sub: Any) -> None:
 
 def _run_select(args: argparse.Namespace) -> int:
     from prmkit import select
-    from prmkit.records import read_records, write_records
+    from prmkit.formats.detect import read_records
+    from prmkit.records import write_records
 
     records = read_records(args.input)
     chosen = select.select(records, args.by, weight_by=args.weight_by)
@@ -225,8 +256,8 @@ def _add_eval(sub: Any) -> None:
     add_report(sub)
 
 
-COMMANDS: list[Callable[[Any], None]] = [_add_convert, _add_score, _add_select, _add_train,
-                                         _add_demo, _add_eval, add_generate, add_lab,
+COMMANDS: list[Callable[[Any], None]] = [_add_convert, _add_score, _add_export, _add_select,
+                                         _add_train, _add_demo, _add_eval, add_generate, add_lab,
                                          add_serve, add_label, add_search, add_rl]
 
 

@@ -12,6 +12,16 @@ class PrmkitError(Exception):
     """An error caused by the user's input or options, reported without a traceback."""
 
 
+class TableRow(int):
+    """A row of a table (Arrow, Parquet, a datasets folder) where a line number would go: its
+    value counts from 1 like a line's (so ids made from it match the JSONL form's), and an error
+    names it as ``row N``, counting from 0 as the table does."""
+
+    @property
+    def row(self) -> int:
+        return int(self) - 1
+
+
 class RecordError(PrmkitError):
     """A bad input record. The message names the file, the line and the field."""
 
@@ -24,6 +34,8 @@ class RecordError(PrmkitError):
         where = ""
         if self.path is not None:
             where = f"{self.path}:{self.line}: " if self.line is not None else f"{self.path}: "
+            if isinstance(self.line, TableRow):
+                where = f"{self.path}: row {self.line.row}: "
         elif self.line is not None:
             where = f"line {self.line}: "
         field = f"field '{self.field}': " if self.field else ""

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable, Iterator
 
 from prmkit.errors import PrmkitError, RecordError
+from prmkit.tables import is_table, iter_rows
 
 FIELDS = ("id", "problem", "steps", "labels", "first_error", "answer", "reference",
           "is_correct", "group", "step_scores", "meta")
@@ -210,8 +211,13 @@ def iter_jsonl(path: str) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, parsed_object)`` for each non-blank line of a JSONL file.
 
     A line that is not valid UTF-8 or not valid JSON raises :class:`RecordError` naming the
-    file and the line. A UTF-8 byte-order mark at the start is accepted.
+    file and the line. A UTF-8 byte-order mark at the start is accepted. A table (a datasets
+    folder, an Arrow or Parquet file, ``hf:NAME``; :mod:`prmkit.tables`) yields its rows the
+    same way, numbered by :class:`prmkit.errors.TableRow`.
     """
+    if is_table(path):
+        yield from iter_rows(path)
+        return
     f = _open_input(path)
     try:
         for lineno, raw in enumerate(f, start=1):

@@ -115,7 +115,7 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
     ``OUT.partial``; a resume from a partial written with other settings, or from other input
     records, is refused (:func:`check_partial`).
     """
-    from tqdm import tqdm
+    from prmkit.progress import progress
 
     if chunk is not None and chunk < 1:
         raise PrmkitError(f"--chunk must be positive, got {chunk}")
@@ -134,8 +134,8 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
     if len(todo) < len(records):
         print(f"resuming: {len(records) - len(todo)} of {len(records)} records already scored"
               f" in {out}.partial", file=sys.stderr)
-    with tqdm(total=len(records), initial=len(records) - len(todo), desc=desc, unit="rec",
-              disable=None) as bar:
+    with progress(total=len(records), initial=len(records) - len(todo), desc=desc,
+                  unit="rec") as bar:
         for rec, scores in _scored(prm, todo, per_prefix, chunk):
             if kind == "orm":  # one score for the whole solution, read at its end
                 rec.meta["outcome_score"] = scores[-1]

@@ -190,7 +190,7 @@ def _run_processbench(args: argparse.Namespace) -> int:
 
 def _read_training(path: str) -> list[Any]:
     from prmkit.evaluate import processbench
-    from prmkit.records import read_records
+    from prmkit.formats.detect import read_records
 
     if os.path.isdir(path) or path.endswith(".json"):
         return [r for rs in processbench.load_splits(path).values() for r in rs]
@@ -230,7 +230,7 @@ def _run_prmbench(args: argparse.Namespace) -> int:
 def _run_steps(args: argparse.Namespace) -> int:
     from prmkit.evaluate import stepwise
     from prmkit.evaluate.common import write_json
-    from prmkit.records import read_records
+    from prmkit.formats.detect import read_records
 
     _default_plot(args)
     _check_output(args.output, args.plot)
@@ -255,7 +255,7 @@ def _run_steps(args: argparse.Namespace) -> int:
 def _run_bestofn(args: argparse.Namespace) -> int:
     from prmkit.evaluate import bestofn
     from prmkit.evaluate.common import write_json
-    from prmkit.records import read_records
+    from prmkit.formats.detect import read_records
 
     _default_plot(args)
     _check_output(args.output, args.plot)

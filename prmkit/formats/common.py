@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 from prmkit.errors import PrmkitError, RecordError
 from prmkit.records import Record, kind_name
+from prmkit.tables import HF_PREFIX, is_datasets_folder
 
 
 def where_in_list(path: str, index: int, obj: Any = None) -> str:
@@ -86,8 +87,9 @@ def extras(obj: dict[str, Any], used: set[str]) -> dict[str, Any]:
 
 
 def peek(path: str, size: int = 64) -> bytes:
-    """The first bytes of a file (empty for standard input, which cannot be peeked)."""
-    if path == "-":
+    """The first bytes of a file (empty for standard input, which cannot be peeked, and for a
+    table that is not one file: a datasets folder, ``hf:NAME``)."""
+    if path == "-" or str(path).startswith(HF_PREFIX) or is_datasets_folder(path):
         return b""
     try:
         with open(path, "rb") as f:

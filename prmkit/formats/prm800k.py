@@ -3,10 +3,10 @@
 Source: Lightman et al., "Let's Verify Step by Step" (2023), github.com/openai/prm800k
 (``prm800k/data/phase{1,2}_{train,test}.jsonl``).
 
-Two layouts are read; :func:`read` tells them apart by the ``.parquet`` extension or the
-parquet magic bytes:
+Two layouts are read; :func:`read` tells them apart by the columns (a table, see
+:mod:`prmkit.tables`, without a ``label`` column is the one-row-per-step layout):
 
-* the raw nested JSONL, handled here (one labelling session per line)::
+* the raw nested JSONL (or the same rows as a table), handled here (one session per line)::
 
     {"labeler": "...", "timestamp": "...", "generation": null,
      "is_quality_control_question": false, "is_initial_screening_question": false,
@@ -53,7 +53,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from prmkit.errors import PrmkitError, RecordError
 from prmkit.formats import prm800k_stepwise
-from prmkit.formats.common import build, extras, get, peek, warn_skipped
+from prmkit.formats.common import build, extras, get, warn_skipped
+from prmkit.tables import column_names, is_table
 from prmkit.records import Record, iter_jsonl, write_jsonl
 
 if TYPE_CHECKING:
@@ -78,8 +79,8 @@ _QUESTION = ("ground_truth_solution", "pre_generated_steps", "pre_generated_answ
 
 
 def read(path: str, options: ConvertOptions) -> Iterator[Record]:
-    if path.endswith(".parquet") or peek(path, 4) == b"PAR1":
-        return prm800k_stepwise.read(path, options)
+    if is_table(path) and "label" not in column_names(path):
+        return prm800k_stepwise.read(path, options)  # the one-row-per-step layout
     return _read_raw(path, options)
 
 

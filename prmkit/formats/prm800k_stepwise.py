@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from prmkit.errors import PrmkitError, RecordError
 from prmkit.formats.common import build, require_pyarrow, warn_skipped
+from prmkit.tables import read_table
 
 if TYPE_CHECKING:
     from prmkit.formats.options import ConvertOptions
@@ -86,13 +87,8 @@ def read(path: str, options: ConvertOptions) -> Iterator[Record]:
 
 
 def _columns(path: str) -> dict[str, list[Any]]:
-    pq = require_pyarrow()
-    try:
-        table = pq.read_table(path)
-    except FileNotFoundError:
-        raise PrmkitError(f"{path}: no such file") from None
-    except Exception as e:  # pyarrow raises several types for a file that is not parquet
-        raise PrmkitError(f"{path}: cannot read as parquet ({e})") from None
+    require_pyarrow()
+    table = read_table(path)
     for name in REQUIRED:
         if name not in table.column_names:
             raise RecordError(f"missing column (the file has: {', '.join(table.column_names)})",

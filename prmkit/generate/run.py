@@ -196,11 +196,11 @@ def run_generate(problems: Sequence[Problem], generator: Generator, prompter: Pr
     finished = sum(all(f"{p.id}-{k}" in done for k in range(config.n)) for p in problems)
     if finished:
         print(f"resuming: {finished} of {len(problems)} problems already done", file=sys.stderr)
-    from tqdm import tqdm
+    from prmkit.progress import progress as bar_of
 
     start = time.perf_counter()
-    with tqdm(total=len(problems), initial=finished, desc="generate", unit="problem",
-              disable=None if progress else True) as bar:
+    with bar_of(total=len(problems), initial=finished, desc="generate", unit="problem",
+                disable=None if progress else True) as bar:
         for chunk in chunks:
             todo = [p for p in chunk if any(f"{p.id}-{k}" not in done for k in range(config.n))]
             if not todo:

@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterable, Iterator
 from prmkit.cliutil import Formatter
 from prmkit.errors import PrmkitError, RecordError
 from prmkit.label.job import Labeler
-from prmkit.records import Record, iter_jsonl, read_records
+from prmkit.formats.detect import read_records
+from prmkit.records import Record, iter_jsonl
 
 
 def add_label(sub: Any) -> None:

@@ -55,13 +55,13 @@ def run_job(records: Sequence[Record], label: Labeler, output: str, *, key: str,
     if summary.resumed:
         print(f"resuming: {summary.resumed} of {len(records)} records already labelled",
               file=sys.stderr)
-    from tqdm import tqdm
+    from prmkit.progress import progress as bar_of
 
     start = time.perf_counter()
     wanted = set(r.id for r in todo)
     try:
-        with tqdm(total=len(records), initial=summary.resumed, desc=desc, unit="rec",
-                  disable=None if progress else True) as bar:
+        with bar_of(total=len(records), initial=summary.resumed, desc=desc, unit="rec",
+                    disable=None if progress else True) as bar:
             for rec in label(iter(todo)) if todo else ():
                 if rec.id not in wanted:
                     raise RuntimeError(f"the labeler returned record {rec.id!r} twice or unasked")

@@ -159,7 +159,8 @@ def add_report(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from prmkit.records import atomic_output, read_records
+    from prmkit.formats.detect import read_records
+    from prmkit.records import atomic_output
 
     if args.max_records < 0:
         raise PrmkitError(f"--max-records must not be negative, got {args.max_records}")

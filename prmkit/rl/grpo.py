@@ -130,7 +130,7 @@ class RLConfig:
 def load_problems(cfg: RLConfig) -> tuple[list[Any], list[Any]]:
     """(training problems, held-out problems) as records with ``problem`` and ``reference``."""
     if cfg.data:
-        from prmkit.records import read_records
+        from prmkit.formats.detect import read_records
 
         records = [r for r in read_records(cfg.data) if r.reference is not None]
         if len(records) <= cfg.eval_problems:

@@ -88,12 +88,12 @@ def run_search(method: str, problems: Sequence[Problem], generator: Generator, p
     finished = sum(_complete(p.id, done) for p in problems)
     if finished:
         print(f"resuming: {finished} of {len(problems)} problems already searched", file=sys.stderr)
-    from tqdm import tqdm
+    from prmkit.progress import progress as bar_of
 
     summary = Summary(problems=len(problems))
     chunks = [list(problems[s:s + chunk]) for s in range(0, len(problems), chunk)]
-    with tqdm(total=len(problems), initial=finished, desc=f"search ({method})", unit="problem",
-              disable=None if progress else True) as bar:
+    with bar_of(total=len(problems), initial=finished, desc=f"search ({method})",
+                unit="problem", disable=None if progress else True) as bar:
         for part in chunks:
             todo = [p for p in part if not _complete(p.id, done)]
             if not todo:

@@ -101,7 +101,8 @@ def add_select_for_labeling(sub: Any) -> None:
 
 
 def _run_select_for_labeling(args: argparse.Namespace) -> int:
-    from prmkit.records import read_records, write_records
+    from prmkit.formats.detect import read_records
+    from prmkit.records import write_records
     from prmkit.train.active import convincing_wrong
 
     records = read_records(args.input)

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.records import Record, read_records
+from prmkit.formats.detect import read_records
+from prmkit.records import Record
 from prmkit.stepformat import BoundFormat, StepFormat
 from prmkit.models import folder as modeldir
 from prmkit.train import orm
@@ -136,7 +137,7 @@ class ImplicitObjective:
     def set_reference(self, examples: Sequence[ResponseExample], budget: int, autocast: bool) -> None:
         """Before the first step the policy is the reference: store its log-probabilities."""
         import torch
-        from tqdm import tqdm
+        from prmkit.progress import progress
 
         from prmkit.models.reading import token_budget_batches
 
@@ -146,7 +147,7 @@ class ImplicitObjective:
         self.model.eval()
         batches = token_budget_batches([len(s.input_ids) for s in seqs], budget)
         with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            for batch in tqdm(batches, desc="reference", unit="batch", disable=None):
+            for batch in progress(batches, desc="reference", unit="batch"):
                 sums = self.sequence_logps([seqs[i] for i in batch], device).tolist()
                 for i, v in zip(batch, sums):
                     seqs[i].ref_logp = v

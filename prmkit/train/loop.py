@@ -316,7 +316,7 @@ class Loop:
             return self.objective(exs, self.acc.device, via)
 
     def run(self) -> list[dict[str, Any]]:
-        from tqdm import tqdm
+        from prmkit.progress import progress as tqdm
 
         torch, cfg = self.torch, self.cfg
         resumed = self.try_resume()

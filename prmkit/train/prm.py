@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.records import Record, first_error_from_labels, read_records
+from prmkit.formats.detect import read_records
+from prmkit.records import Record, first_error_from_labels
 from prmkit.stepformat import BoundFormat
 from prmkit.train.common import (HEADS, TrainConfig, auc, load_base, make_saver, pad_id,
                                  read_logits, training_format)
