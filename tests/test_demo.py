@@ -127,3 +127,15 @@ def test_demo_samples_best_of_4b_when_the_test_candidates_are_too_few(base, tmp_
     assert "source" not in rows[1] and rows[1]["problems"] == 2 and rows[1]["prm_tokens"] > 0
     claim = json.loads((out / "summary.json").read_text())["claims"]["beam_matches_4x_best_of_n"]
     assert claim["problems"] == 2
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--select", "prm-mean"], "--select 'prm-mean' is not one of prm-prod, prm-min, prm-last"),
+    (["--margin", "-1"], "--margin must be at least 0"),
+    (["--beam-n", "3", "--beam-m", "2"], "--beam-n 3 must be a positive multiple of --beam-m 2"),
+    (["--search-problems", "9"], "--search-problems must be between 1 and --test-problems (4)"),
+])
+def test_demo_refuses_bad_claim_settings(base, tmp_path, capsys, extra, message):
+    assert main(demo_args(base, tmp_path / "demo", *extra)) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()

@@ -83,6 +83,19 @@ class DemoConfig:
         "help": "non-inferiority margin in points: beam search at B 'matches' best-of-4B when the "
                 "95%% interval of their difference lies above minus this"})
 
+    def __post_init__(self) -> None:
+        if self.select not in summary.PRM_METHODS:
+            raise PrmkitError(f"--select {self.select!r} is not one of "
+                              f"{', '.join(summary.PRM_METHODS)}")
+        if self.margin < 0:
+            raise PrmkitError(f"--margin must be at least 0, got {self.margin}")
+        if self.beam_n < 1 or self.beam_m < 1 or self.beam_n % self.beam_m:
+            raise PrmkitError(f"--beam-n {self.beam_n} must be a positive multiple of "
+                              f"--beam-m {self.beam_m}")
+        if not 1 <= self.search_problems <= self.test_problems:
+            raise PrmkitError(f"--search-problems must be between 1 and --test-problems "
+                              f"({self.test_problems}), got {self.search_problems}")
+
 
 def run(config: DemoConfig) -> int:
     t0 = time.time()
