@@ -90,9 +90,3 @@ def difference_of_differences(a1: Mapping[str, float], b1: Mapping[str, float],
     grow = {k: (a2[k] - b2[k]) - (a1[k] - b1[k]) for k in common}
     return paired_difference(grow, {k: 0.0 for k in common}, bootstrap, seed)
 
-
-def check_values(values: Sequence[float], where: str) -> None:
-    """Per-problem accuracies must be in [0, 1]."""
-    bad = [v for v in values if not 0.0 <= v <= 1.0]
-    if bad:
-        raise PrmkitError(f"{where}: accuracy {bad[0]} is outside [0, 1]")
