@@ -51,7 +51,7 @@ def beam_claim(beam_correct: Mapping[str, float], best_of_4b: Mapping[str, float
     return paired_difference(beam_correct, best_of_4b, seed=seed, margin=margin)
 
 
-def verdict_line(name: str, claim: Claim, what: str) -> tuple[str, str]:
+def verdict_line(claim: Claim, what: str) -> tuple[str, str]:
     """A summary row: YES or NO, the difference and its interval."""
     word = "YES" if claim.holds else "NO"
     return (what, f"{word}: {claim.difference:+.1f} points, 95% CI [{claim.ci95[0]:+.1f}, "

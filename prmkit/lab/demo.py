@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Sequence

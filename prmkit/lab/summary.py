@@ -130,14 +130,14 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
     beam = next(r for r in res.search["rows"] if r["method"] == "beam")
     bon = next(r for r in res.search["rows"] if r["method"] == "best-of-n")
     rows += [
-        lab_claims.verdict_line("prm_beats_majority", claims["prm_beats_majority"],
+        lab_claims.verdict_line(claims["prm_beats_majority"],
                                 f"claim: PRM ({s}) beats majority at N={n}?"),
-        lab_claims.verdict_line("prm_beats_orm", claims["prm_beats_orm"],
+        lab_claims.verdict_line(claims["prm_beats_orm"],
                                 f"claim: PRM ({s}) beats the ORM at N={n}?"),
-        lab_claims.verdict_line("gap_grows_with_n", claims["gap_grows_with_n"],
+        lab_claims.verdict_line(claims["gap_grows_with_n"],
                                 f"claim: PRM - ORM gap larger at N={n} than at N=2?"),
         lab_claims.verdict_line(
-            "beam_matches_4x_best_of_n", claims["beam_matches_4x_best_of_n"],
+            claims["beam_matches_4x_best_of_n"],
             f"claim: beam at B={beam['n']} >= best-of-{bon['n']} (margin {cfg.margin:g})?"),
         ("generated tokens per problem, beam / best-of-4B",
          f"{beam['tokens']:.0f} / {bon['tokens']:.0f}"),
