@@ -146,9 +146,9 @@ def _world(config: DemoConfig, out: str, say: "_Printer") -> World:
     lab = dict(min_steps=config.min_steps, max_steps=config.max_steps)
     train_p = make_problems(LabConfig(n=config.train_problems, seed=config.seed, **lab))
     test_p = make_problems(LabConfig(n=config.test_problems, seed=config.seed + 1000, **lab))
-    train = _stage(out, "train_candidates.jsonl", lambda: _candidates(
+    train = _stage(out, "train_candidates.jsonl", lambda: candidates_of(
         train_p, config.train_n, policy, prompter, policy_name, config.seed))
-    test = _stage(out, "test_candidates.jsonl", lambda: _candidates(
+    test = _stage(out, "test_candidates.jsonl", lambda: candidates_of(
         test_p, config.n, policy, prompter, policy_name, config.seed + 1))
     gold = {r.id: gold_record(r) for r in train + test}
     say.stage(1, f"{len(train_p)} training problems x {config.train_n} candidates, "
@@ -249,7 +249,7 @@ def _stage_json(out: str, name: str, make: Callable[[], dict[str, Any]]) -> dict
     return value
 
 
-def _candidates(problems: Sequence[Record], n: int, policy: Any, prompter: Any, name: str,
+def candidates_of(problems: Sequence[Record], n: int, policy: Any, prompter: Any, name: str,
                 seed: int) -> list[Record]:
     from prmkit.generate.run import Problem, candidate_record
     from prmkit.generate.stepwise import solve

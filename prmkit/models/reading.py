@@ -154,16 +154,19 @@ class Reader:
         (DDP must see the forward call); it then takes the full forward path. ``cache`` is a
         transformers key-value cache of the tokens before ``ids`` (extended in place;
         :mod:`prmkit.models.incremental`): ``ids`` then continue those tokens, at
-        ``positions`` (position ids) when the rows' caches are left-padded."""
+        ``positions`` (position ids) when the rows' caches are left-padded. ``ids`` may also be
+        hidden states (a float tensor, batch x length x hidden) that enter the model as
+        ``inputs_embeds`` (:mod:`prmkit.train.frozen`)."""
         model = via if via is not None else self.model
+        given = {"inputs_embeds" if ids.is_floating_point() else "input_ids": ids}
         if self.format.reading == "label-tokens":
             if self.backbone is not None and via is None:
-                hidden = self.backbone(input_ids=ids, attention_mask=attn,
+                hidden = self.backbone(**given, attention_mask=attn,
                                        **cache_kwargs(self.backbone, cache, positions)).last_hidden_state
                 return self.lm_head(hidden[rows, cols])[:, self.pair]
-            return model(input_ids=ids, attention_mask=attn,
+            return model(**given, attention_mask=attn,
                          **cache_kwargs(model, cache, positions)).logits[rows, cols][:, self.pair]
-        return head_logits(model(input_ids=ids, attention_mask=attn,
+        return head_logits(model(**given, attention_mask=attn,
                              **cache_kwargs(model, cache, positions)))[rows, cols]
 
     def probabilities(self, logits: Any) -> Any:

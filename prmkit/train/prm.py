@@ -49,6 +49,11 @@ class PRMTrainConfig(TrainConfig):
         "help": "train only up to and including the first wrong step (Let's Verify)"})
     max_length: int = field(default=1024, metadata={
         "help": "cut sequences to this many tokens; steps past the cut are not trained"})
+    cache_frozen: bool = field(default=False, metadata={
+        "help": "with --train last-k: run the frozen layers once over the training set and "
+                "train on their stored outputs (cheaper epochs from the second on; checked "
+                "against the uncached forward on the first batch; memory: hidden size x 4 "
+                "bytes per training token)"})
     fitness: str = field(default="auc", metadata={
         "help": "what picks best/: auc (step AUC on dev) or f1 (first-error F1 on dev)"})
     dtype: str = field(default="float32", metadata={
@@ -62,6 +67,8 @@ class PRMTrainConfig(TrainConfig):
             raise PrmkitError(f"--labels {self.labels!r} is not hard or soft")
         if self.fitness not in FITNESS:
             raise PrmkitError(f"--fitness {self.fitness!r} is not one of {', '.join(FITNESS)}")
+        if self.cache_frozen and self.loop.train != "last-k":
+            raise PrmkitError(f"--cache-frozen needs --train last-k (got {self.loop.train})")
         self.check_common()
 
 
@@ -74,9 +81,13 @@ class StepObjective:
         self.reader, self.pad, self.drop_mask = reader, pad, drop_mask
 
     def __call__(self, exs: list[Example], device: Any, via: Any) -> Any:
+        logits = read_logits(self.reader, exs, self.pad, self.drop_mask, device, via)
+        return self.loss(logits, exs, device)
+
+    def loss(self, logits: Any, exs: list[Example], device: Any) -> Any:
+        """The loss of step logits read at the read positions of ``exs``, in order."""
         import torch
 
-        logits = read_logits(self.reader, exs, self.pad, self.drop_mask, device, via)
         targets = torch.tensor([t for e in exs for t in e.targets], dtype=torch.float32)
         return cross_entropy(self.reader.format.reading, self.reader.format.positive_class,
                              logits, targets.to(device))
@@ -200,7 +211,12 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
         out.setdefault(fitness, float("-inf"))
         return out
 
-    objective = StepObjective(Reader(model, fmt, bound), pad_id(tokenizer))
+    objective: Any = StepObjective(Reader(model, fmt, bound), pad_id(tokenizer))
+    if cfg.cache_frozen:
+        from prmkit.train.frozen import CachedSteps, FrozenLayers
+
+        objective = CachedSteps(objective, FrozenLayers(model, cfg.loop.last_k), examples,
+                                cfg.loop.batch_tokens, cfg.autocast_bf16)
     save = make_saver(cfg, fmt, tokenizer, "prm", model, len(examples), len(dev_records))
     loop = Loop(model, objective, examples, cfg.loop, cfg.output, fitness, evaluate, save,
                 autocast_bf16=cfg.autocast_bf16)

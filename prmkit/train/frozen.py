@@ -1,0 +1,150 @@
+"""Cached frozen layers for ``--train last-k``: the layers below the trained ones run once.
+
+With last-k training (``prmkit.train.loop.set_trainable``) the first L - k transformer layers
+are frozen, so their output for a training sequence is the same at every epoch. With
+``--cache-frozen`` they run once over the training set, before the first step, and each
+optimiser step runs only the k trained layers and the head on the stored hidden states (passed
+to the model as ``inputs_embeds`` while its layer list holds only the top k). An epoch then costs
+about k / L of a forward and the backward through the k layers; the cache itself costs one
+forward of the frozen layers, so it pays from the second epoch on.
+
+The frozen layers' outputs are read from a whole forward (``output_hidden_states``), which
+costs k / L more than the frozen layers alone and needs nothing of the model's internals.
+The cached forward checks itself against the uncached one on the first batch, in float32: the
+step logits must agree within ``TOLERANCE``, or training stops with an error naming the model
+class (a model that adds position embeddings to ``inputs_embeds``, as GPT-2 does, fails here).
+Hidden states are kept in float32: hidden size x 4 bytes a token (SmolLM2-135M: 2.3 KB, so
+100k training tokens take 230 MB). Under several processes (DDP) the objective runs uncached.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
+
+from prmkit.errors import PrmkitError
+from prmkit.train.loop import Example, transformer_layers
+
+TOLERANCE = 1e-4
+
+
+class FrozenLayers:
+    """The frozen bottom of a last-k model and a store of its outputs per training sequence."""
+
+    def __init__(self, model: Any, last_k: int):
+        self.model = model
+        self.base = getattr(model, getattr(model, "base_model_prefix", "model"), model)
+        layers, _ = transformer_layers(model)
+        if not hasattr(self.base, "layers"):
+            raise PrmkitError(f"--cache-frozen: {type(model).__name__} keeps its layers "
+                              f"elsewhere than .layers; train without --cache-frozen")
+        self.all = layers
+        self.k = last_k
+        self.hidden: dict[int, Any] = {}
+
+    @contextmanager
+    def top(self) -> Iterator[None]:
+        """The model's layer list cut to its trained top k layers."""
+        import torch
+
+        self.base.layers = torch.nn.ModuleList(self.all[len(self.all) - self.k:])
+        try:
+            yield
+        finally:
+            self.base.layers = self.all
+
+    def bottom_hidden(self, seqs: Sequence[Example], pad: int, device: Any) -> list[Any]:
+        """The frozen layers' output of each sequence (float32, its own length)."""
+        import torch
+
+        from prmkit.models.reading import pad_right
+
+        ids, _ = pad_right([e.input_ids for e in seqs], pad)
+        with torch.no_grad():
+            # entry i of the hidden states is the input of layer i (the last entry alone may
+            # come after the final norm), so entry L - k is what the top k layers take in
+            out = self.base(input_ids=ids.to(device), output_hidden_states=True)
+        h = out.hidden_states[len(self.all) - self.k]
+        return [h[b, :len(e.input_ids)].float() for b, e in enumerate(seqs)]
+
+    def build(self, examples: Sequence[Example], budget: int, pad: int, device: Any,
+              autocast: bool) -> None:
+        """Run the frozen layers once over every training sequence."""
+        import torch
+
+        from prmkit.models.reading import token_budget_batches
+        from prmkit.progress import progress
+
+        was = self.model.training
+        self.model.eval()
+        batches = token_budget_batches([len(e.input_ids) for e in examples], budget)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            for batch in progress(batches, desc="frozen layers", unit="batch"):
+                seqs = [examples[i] for i in batch]
+                for e, h in zip(seqs, self.bottom_hidden(seqs, pad, device)):
+                    self.hidden[id(e)] = h
+        self.model.train(was)
+
+    def embeds(self, seqs: Sequence[Example], device: Any) -> Any:
+        """The stored hidden states of ``seqs``, padded on the right with zeros."""
+        import torch
+
+        width = max(len(e.input_ids) for e in seqs)
+        first = self.hidden[id(seqs[0])]
+        x = torch.zeros(len(seqs), width, first.shape[-1], device=device)
+        for b, e in enumerate(seqs):
+            x[b, :len(e.input_ids)] = self.hidden[id(e)]
+        return x
+
+
+class CachedSteps:
+    """Wraps the PRM's step objective: the same loss, computed from the cached hidden states.
+
+    ``objective`` is a :class:`prmkit.train.prm.StepObjective`; its reader reads the logits and
+    ``loss(logits, exs, device)`` gives the loss (the parts of the objective after the forward).
+    """
+
+    def __init__(self, objective: Any, frozen: FrozenLayers, examples: Sequence[Example],
+                 budget: int, autocast: bool):
+        self.objective, self.frozen, self.checked = objective, frozen, False
+        self.examples, self.budget, self.autocast = examples, budget, autocast
+
+    def __call__(self, exs: list[Example], device: Any, via: Any) -> Any:
+        import torch
+
+        if via is not None:   # DDP must see the whole forward: no cache
+            return self.objective(exs, device, via)
+        if not self.checked:  # on the first step, where the model is on its device
+            self.check(exs, device)
+            self.frozen.build(self.examples, self.budget, self.objective.pad, device,
+                              self.autocast)
+        rows = torch.tensor([b for b, e in enumerate(exs) for _ in e.read_positions], device=device)
+        cols = torch.tensor([p for e in exs for p in e.read_positions], device=device)
+        with self.frozen.top():
+            logits = self.objective.reader.logits(self.frozen.embeds(exs, device), None, rows, cols)
+        return self.objective.loss(logits, exs, device)
+
+    def check(self, exs: list[Example], device: Any) -> None:
+        """The cached forward against the uncached one, on this batch, in float32."""
+        import torch
+
+        from prmkit.train.common import read_logits
+
+        reader, model = self.objective.reader, self.frozen.model
+        rows = torch.tensor([b for b, e in enumerate(exs) for _ in e.read_positions], device=device)
+        cols = torch.tensor([p for e in exs for p in e.read_positions], device=device)
+        was = model.training
+        model.eval()   # no dropout: both forwards must be the same function
+        with torch.no_grad(), torch.autocast(device.type, enabled=False):
+            full = read_logits(reader, exs, self.objective.pad, True, device, None).float()
+            hidden = self.frozen.bottom_hidden(exs, self.objective.pad, device)
+            self.frozen.hidden.update({id(e): h for e, h in zip(exs, hidden)})
+            with self.frozen.top():
+                cached = reader.logits(self.frozen.embeds(exs, device), None, rows, cols).float()
+        model.train(was)
+        gap = float((full - cached).abs().max())
+        if not gap <= TOLERANCE:
+            raise PrmkitError(f"--cache-frozen: the cached forward of {type(self.frozen.model).__name__} "
+                              f"differs from the uncached one by {gap:.3g} on the first batch "
+                              f"(more than {TOLERANCE}); train without --cache-frozen")
+        self.checked = True
