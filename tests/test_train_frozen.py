@@ -8,18 +8,9 @@ import torch
 
 from prmkit.errors import PrmkitError
 from prmkit.models.hf import HFConfig, load_hf_prm
-from prmkit.records import write_records
 from prmkit.train.loop import LoopConfig
 from prmkit.train.prm import PRMTrainConfig, train_prm
-from test_train_prm import records
-
-
-@pytest.fixture
-def data(tmp_path):
-    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
-    write_records(str(train), records(12))
-    write_records(str(dev), records(4))
-    return str(train), str(dev)
+from test_train_prm import data  # noqa: F401  (the same toy records, as a fixture)
 
 
 def run(base, data, out, head, cache, **loop):

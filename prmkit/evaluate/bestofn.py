@@ -148,6 +148,26 @@ def choose(c: Candidates, method: str, subset: np.ndarray, weight_by: str = "pro
     raise PrmkitError(f"unknown method {method!r}")
 
 
+def draw_hits(c: Candidates, groups: Sequence[np.ndarray], methods: Sequence[str], n: int,
+              draws: int, rng: np.random.Generator, weight_by: str) -> dict[str, np.ndarray]:
+    """For each method, draws x problems: 1 where the candidate it chose from that draw of ``n``
+    of the problem's candidates (without replacement, in random order) is correct. Every
+    problem in ``groups`` has at least ``n`` candidates."""
+    width = max(len(g) for g in groups)
+    padded = np.zeros((len(groups), width), dtype=int)
+    valid = np.zeros((len(groups), width), dtype=bool)
+    for i, g in enumerate(groups):
+        padded[i, :len(g)] = g
+        valid[i, :len(g)] = True
+    hits = {m: np.zeros((draws, len(groups))) for m in methods}
+    for d in range(draws):
+        order = np.argsort(np.where(valid, rng.random(valid.shape), np.inf), axis=1)[:, :n]
+        subset = np.take_along_axis(padded, order, axis=1)
+        for m in methods:
+            hits[m][d] = c.correct[choose(c, m, subset, weight_by)]
+    return hits
+
+
 def curve(records: Sequence[Record], config: BestOfNConfig | None = None) -> dict[str, Any]:
     """Accuracy against N for every supported method; a JSON-ready dict."""
     config = config or BestOfNConfig()
@@ -167,18 +187,7 @@ def curve(records: Sequence[Record], config: BestOfNConfig | None = None) -> dic
             continue
         ns.append(n)
         problems[str(n)] = len(keep)
-        width = max(len(g) for g in keep)
-        padded = np.zeros((len(keep), width), dtype=int)
-        valid = np.zeros((len(keep), width), dtype=bool)
-        for i, g in enumerate(keep):
-            padded[i, :len(g)] = g
-            valid[i, :len(g)] = True
-        hits = {m: np.zeros((config.draws, len(keep))) for m in methods}
-        for d in range(config.draws):
-            order = np.argsort(np.where(valid, rng.random(valid.shape), np.inf), axis=1)[:, :n]
-            subset = np.take_along_axis(padded, order, axis=1)
-            for m in methods:
-                hits[m][d] = c.correct[choose(c, m, subset, config.weight_by)]
+        hits = draw_hits(c, keep, methods, n, config.draws, rng, config.weight_by)
         for m in methods:
             per_problem = hits[m].mean(axis=0)
             boot = rng.integers(0, len(keep), size=(config.bootstrap, len(keep)))

@@ -30,23 +30,19 @@ from prmkit.records import Record
 def per_problem_accuracy(records: Sequence[Record], method: str, n: int, draws: int = 200,
                          seed: int = 0, weight_by: str = "prod") -> dict[str, float]:
     """Best-of-``n`` accuracy (0..1) of ``method`` on each problem (group) with at least ``n``
-    candidates: the mean over ``draws`` random subsets of ``n`` of its candidates."""
+    candidates: the mean over ``draws`` random subsets of ``n`` of its candidates, drawn as
+    :func:`prmkit.evaluate.bestofn.curve` draws them."""
     records = list(records)
     methods, skipped = bestofn.supported_methods(records, [method])
     if method not in methods:
         raise PrmkitError(f"method {method!r} cannot run on these records: {skipped[method]}")
     c = bestofn.candidates(records, methods, weight_by)
-    rng = np.random.default_rng(seed)
-    out: dict[str, float] = {}
-    for g in c.groups:
-        if len(g) < n:
-            continue
-        hits = 0.0
-        for _ in range(draws if n < len(g) else 1):   # all candidates: one draw is every draw
-            subset = g[rng.permutation(len(g))[:n]][None, :]
-            hits += float(c.correct[bestofn.choose(c, method, subset, weight_by)][0])
-        out[records[g[0]].group or records[g[0]].id] = hits / (draws if n < len(g) else 1)
-    return out
+    keep = [g for g in c.groups if len(g) >= n]
+    if not keep:
+        return {}
+    hits = bestofn.draw_hits(c, keep, methods, n, draws, np.random.default_rng(seed), weight_by)
+    per_problem = hits[method].mean(axis=0)
+    return {records[g[0]].group or records[g[0]].id: float(v) for g, v in zip(keep, per_problem)}
 
 
 @dataclass

@@ -73,11 +73,15 @@ def claims_of(res: Results) -> dict[str, lab_claims.Claim]:
     """The four claims, from the scored test candidates and the search rows."""
     cfg = res.config
     out = lab_claims.bestofn_claims(res.scored, cfg.select, cfg.n, cfg.seed)
-    beam = next(r for r in res.search["rows"] if r["method"] == "beam")
-    bon = next(r for r in res.search["rows"] if r["method"] == "best-of-n")
+    beam, bon = search_row(res.search, "beam"), search_row(res.search, "best-of-n")
     out["beam_matches_4x_best_of_n"] = lab_claims.beam_claim(
         beam["per_problem"], bon["per_problem"], cfg.margin, cfg.seed)
     return out
+
+
+def search_row(search: dict[str, Any], method: str) -> dict[str, Any]:
+    """The search stage's row of ``method`` (beam, or best-of-n at 4B)."""
+    return next(r for r in search["rows"] if r["method"] == method)
 
 
 def finish(res: Results, out: str, say: Any, seconds: float) -> None:
@@ -127,8 +131,7 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
         rows.append(("PRM step AUC vs gold labels (test)", f"{trained:.3f}" + (
             "" if exact is None else f" (the exact-label PRM: {exact:.3f})")))
     s = cfg.select
-    beam = next(r for r in res.search["rows"] if r["method"] == "beam")
-    bon = next(r for r in res.search["rows"] if r["method"] == "best-of-n")
+    beam, bon = search_row(res.search, "beam"), search_row(res.search, "best-of-n")
     rows += [
         lab_claims.verdict_line(claims["prm_beats_majority"],
                                 f"claim: PRM ({s}) beats majority at N={n}?"),

@@ -97,15 +97,21 @@ def read_logits(reader: Any, seqs: Sequence[Example], pad: int, drop_mask: bool,
                 via: Any) -> Any:
     """The reader's logits at every read position of ``seqs``, padded on the right in one batch
     (the mask dropped when ``drop_mask``: exact for a causal model with right padding)."""
-    import torch
-
     from prmkit.models.reading import pad_right
 
     ids, mask = pad_right([e.input_ids for e in seqs], pad)
-    rows = torch.tensor([b for b, e in enumerate(seqs) for _ in e.read_positions])
-    cols = torch.tensor([p for e in seqs for p in e.read_positions])
+    rows, cols = read_index(seqs, device)
     attn = None if (drop_mask or bool(mask.all())) else mask.to(device)
-    return reader.logits(ids.to(device), attn, rows.to(device), cols.to(device), via=via)
+    return reader.logits(ids.to(device), attn, rows, cols, via=via)
+
+
+def read_index(seqs: Sequence[Example], device: Any) -> tuple[Any, Any]:
+    """(rows, cols) of every read position of ``seqs`` in a batch of them, in order."""
+    import torch
+
+    rows = torch.tensor([b for b, e in enumerate(seqs) for _ in e.read_positions], device=device)
+    cols = torch.tensor([p for e in seqs for p in e.read_positions], device=device)
+    return rows, cols
 
 
 def make_saver(cfg: Any, fmt: StepFormat, tokenizer: Any, kind: str, base_model: Any,

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.train.common import read_index, read_logits
 from prmkit.train.loop import Example, transformer_layers
 
 TOLERANCE = 1e-4
@@ -110,16 +111,13 @@ class CachedSteps:
         self.examples, self.budget, self.autocast = examples, budget, autocast
 
     def __call__(self, exs: list[Example], device: Any, via: Any) -> Any:
-        import torch
-
         if via is not None:   # DDP must see the whole forward: no cache
             return self.objective(exs, device, via)
         if not self.checked:  # on the first step, where the model is on its device
             self.check(exs, device)
             self.frozen.build(self.examples, self.budget, self.objective.pad, device,
                               self.autocast)
-        rows = torch.tensor([b for b, e in enumerate(exs) for _ in e.read_positions], device=device)
-        cols = torch.tensor([p for e in exs for p in e.read_positions], device=device)
+        rows, cols = read_index(exs, device)
         with self.frozen.top():
             logits = self.objective.reader.logits(self.frozen.embeds(exs, device), None, rows, cols)
         return self.objective.loss(logits, exs, device)
@@ -128,11 +126,9 @@ class CachedSteps:
         """The cached forward against the uncached one, on this batch, in float32."""
         import torch
 
-        from prmkit.train.common import read_logits
 
         reader, model = self.objective.reader, self.frozen.model
-        rows = torch.tensor([b for b, e in enumerate(exs) for _ in e.read_positions], device=device)
-        cols = torch.tensor([p for e in exs for p in e.read_positions], device=device)
+        rows, cols = read_index(exs, device)
         was = model.training
         model.eval()   # no dropout: both forwards must be the same function
         with torch.no_grad(), torch.autocast(device.type, enabled=False):

@@ -42,7 +42,7 @@ from prmkit.records import Record
 from prmkit.stepformat import BoundFormat, StepFormat
 from prmkit.models import folder as modeldir
 from prmkit.train import orm
-from prmkit.train.common import TrainConfig, auc, load_base, make_saver, pad_id
+from prmkit.train.common import TrainConfig, auc, load_base, make_saver, pad_id, read_index
 from prmkit.train.loop import Example, Loop, set_trainable
 
 OBJECTIVES = ("ce", "dpo")
@@ -129,8 +129,7 @@ class ImplicitObjective:
         from prmkit.models.implicit import token_logps
 
         ids, _ = pad_right([e.input_ids for e in seqs], self.pad_id)
-        rows = torch.tensor([b for b, e in enumerate(seqs) for _ in e.read_positions], device=device)
-        cols = torch.tensor([p for e in seqs for p in e.read_positions], device=device)
+        rows, cols = read_index(seqs, device)
         logp = token_logps(self.model, ids.to(device), None, rows, cols, via=via)
         return torch.zeros(len(seqs), device=device).index_add(0, rows, logp)
 
