@@ -21,6 +21,8 @@ A format is data (:class:`StepFormat`), not code:
     - ``classes``: a per-token classification head; softmax over the classes, taking
       ``positive_class`` (Qwen2.5-Math-PRM's 2-class head, TRL's token classification);
     - ``value``: a one-logit head; the score is its sigmoid.
+    - ``hazard`` (with ``classes``; ``train prm --head hazard``): the head gives P(no error here)
+      at every token; step k's score is their product up to its read position (``Reader``).
     - ``log-ratio``: a causal LM and its frozen reference (the implicit PRM,
       :mod:`prmkit.models.implicit`); step k's score comes from the token log ratios
       log(pi/pi_ref) summed up to the end of step k, so the "read position" is the step's end.
@@ -50,10 +52,8 @@ A format is data (:class:`StepFormat`), not code:
 Token ids are never hard-coded: :meth:`StepFormat.bind` looks them up in the tokenizer when the
 model loads, giving a :class:`BoundFormat`.
 
-Prefixes. Under ``pieces`` the ids of a solution's first k steps are a prefix of the ids of the
-whole solution by construction; under ``whole`` they usually are, but a tokenizer may merge
-across the boundary, so search checks it per solution and falls back
-(:mod:`prmkit.models.incremental`).
+Prefixes. Under ``pieces`` a solution's first k steps' ids prefix the whole solution's ids; under
+``whole`` a tokenizer may merge across the boundary (search checks, :mod:`prmkit.models.incremental`).
 
 Steps that hold the tag. A step whose text contains the format's tag (``ки``, ``<extra_0>``)
 would be read at the wrong places (Math-Shepherd's and Qwen's recipes read every tag id, so
@@ -105,6 +105,7 @@ class StepFormat:
     read: str = "end"           # end | tag-id
     bos: str = "tokenizer"      # tokenizer (its own special tokens) | always (bos_token_id first) | none
     strip: bool = False         # strip each step's surrounding whitespace first
+    hazard: bool = False        # classes read at every token, multiplied up to each read position
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -117,6 +118,8 @@ class StepFormat:
             raise PrmkitError(f"step format {self.name!r}: 'step' must contain {{step}}")
         if self.layout == "text" and "{problem}" not in self.prefix:
             raise PrmkitError(f"step format {self.name!r}: 'prefix' must contain {{problem}}")
+        if self.hazard and self.reading != "classes":
+            raise PrmkitError(f"step format {self.name!r}: hazard needs reading classes")
         if self.reading == "label-tokens" and not (self.positive and self.negative):
             raise PrmkitError(f"step format {self.name!r}: reading label-tokens needs "
                               f"'positive' and 'negative' tokens")

@@ -72,7 +72,8 @@ def check_export(model: str, tmp_path, recs, arch: str, name: str) -> None:
 @pytest.mark.parametrize("train,head,arch", [("last-k", "class", "ForTokenClassification"),
                                              ("lora", "class", "ForTokenClassification"),
                                              ("full", "class", "ForTokenClassification"),
-                                             ("last-k", "label-tokens", "ForCausalLM")])
+                                             ("last-k", "label-tokens", "ForCausalLM"),
+                                             ("last-k", "hazard", "ForTokenClassification")])
 def test_exported_folder_scores_like_prmkit_with_transformers_alone(tiny_base, tmp_path, train,
                                                                     head, arch):
     if train == "lora":

@@ -198,3 +198,23 @@ def test_training_batches_mix_neighbours_and_keep_the_budget():
     # within a chunk like lengths go together: padding stays small
     waste = sum(max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b) for b in batches)
     assert waste / sum(lengths) < 0.15
+
+
+def test_head_lr_puts_the_head_in_its_own_parameter_group(base):
+    from prmkit.train.common import load_base
+    from prmkit.train.loop import param_groups, set_trainable
+
+    cfg = PRMTrainConfig(base=base, data="unused", output="unused",
+                         loop=LoopConfig(lr=1e-4, head_lr=5e-3, last_k=1))
+    model, _ = load_base(cfg, training_format("prmkit", "class"))
+    model = set_trainable(model, cfg.loop)
+    body, head = param_groups(model, cfg.loop)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert body["lr"] == 1e-4 and head["lr"] == 5e-3
+    assert sorted(names[id(p)] for p in head["params"]) == ["score.bias", "score.weight"]
+    assert all(names[id(p)].startswith(("model.layers.1.", "model.norm.")) for p in body["params"])
+    # without --head-lr: one group at --lr
+    [only] = param_groups(model, LoopConfig(lr=1e-4, last_k=1))
+    assert only["lr"] == 1e-4 and len(only["params"]) == len(body["params"]) + 2
+    with pytest.raises(PrmkitError, match="--head-lr"):
+        LoopConfig(head_lr=0.0)

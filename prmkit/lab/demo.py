@@ -42,8 +42,8 @@ from prmkit.records import Record, read_records, write_records
 # Stored with the settings: a folder written by another version of the stages starts again
 # rather than reusing files the current code would not make. 2: trainers' mixed batches, search
 # batches independent of memory addresses (2026-11-30). 3: beam at B against best-of-4B, the
-# claims (2026-12-01).
-STAGES_VERSION = 3
+# claims (2026-12-01). 4: the PRM's head and the heads' learning rate (2026-12-01).
+STAGES_VERSION = 4
 
 
 @dataclass
@@ -67,6 +67,11 @@ class DemoConfig:
     base: str = field(default="smollm2-135m", metadata={"help": "base model of the PRM and the ORM"})
     last_k: int = field(default=4, metadata={"help": "transformer layers trained (plus head)"})
     lr: float = field(default=3e-4, metadata={"help": "peak learning rate of both trainers"})
+    head_lr: float = field(default=3e-4, metadata={
+        "help": "peak learning rate of both trainers' new heads (the bodies train at --lr)"})
+    head: str = field(default="class", metadata={
+        "help": "the PRM's head (prmkit train prm --head): hazard (every token's P(no error), "
+                "multiplied up to each step), class (read at each step's tag) or label-tokens"})
     epochs: int = field(default=1, metadata={"help": "passes over the training candidates"})
     batch_tokens: int = field(default=512, metadata={"help": "token budget of a training batch"})
     search_problems: int = field(default=40, metadata={
@@ -83,6 +88,8 @@ class DemoConfig:
                 "95%% interval of their difference lies above minus this"})
 
     def __post_init__(self) -> None:
+        if self.head not in ("hazard", "class", "label-tokens"):
+            raise PrmkitError(f"--head {self.head!r} is not hazard, class or label-tokens")
         if self.select not in summary.PRM_METHODS:
             raise PrmkitError(f"--select {self.select!r} is not one of "
                               f"{', '.join(summary.PRM_METHODS)}")
@@ -107,10 +114,10 @@ def run(config: DemoConfig) -> int:
     prm_dir, orm_dir = os.path.join(out, "prm"), os.path.join(out, "orm")
     _train(config, "prm", os.path.join(out, "train_mc.jsonl"), prm_dir, say)
     _train(config, "orm", os.path.join(out, "train_candidates.jsonl"), orm_dir, say)
-    say.stage(3, f"trained a PRM (MC step labels) and an ORM (outcome labels) from {config.base}: "
-                 f"last {config.last_k} layers + head, {config.epochs} epoch(s) over "
-                 f"{len(world.train)} candidates, lr {config.lr}, batches of "
-                 f"{config.batch_tokens} tokens")
+    say.stage(3, f"trained a PRM ({config.head} head, MC step labels) and an ORM (outcome "
+                 f"labels) from {config.base}: last {config.last_k} layers + head, "
+                 f"{config.epochs} epoch(s) over {len(world.train)} candidates, lr {config.lr} "
+                 f"(heads {config.head_lr}), batches of {config.batch_tokens} tokens")
     prm = _Lazy(lambda: _load(prm_dir))     # loaded once, for scoring and for search
     scored = _stage(out, "test_scored.jsonl", lambda: _score(world.test, prm(), orm_dir,
                                                              world.gold))
@@ -265,13 +272,14 @@ def _train(config: DemoConfig, kind: str, data: str, output: str, say: _Printer)
 
     if os.path.isfile(os.path.join(output, "done.json")):
         return
-    loop = LoopConfig(last_k=config.last_k, lr=config.lr, epochs=config.epochs,
+    loop = LoopConfig(last_k=config.last_k, lr=config.lr, head_lr=config.head_lr,
+                      epochs=config.epochs,
                       batch_tokens=config.batch_tokens, seed=config.seed, resume=True)
     if kind == "prm":
         from prmkit.train.prm import PRMTrainConfig, train_prm
 
         train_prm(PRMTrainConfig(base=config.base, data=data, output=output, dtype="bfloat16",
-                                 loop=loop, command="prmkit demo"))
+                                 head=config.head, loop=loop, command="prmkit demo"))
     else:
         from prmkit.train.orm import ORMTrainConfig, train_orm
 

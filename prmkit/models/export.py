@@ -87,6 +87,10 @@ def card(model: str, output: str, fmt: StepFormat, arch: str, bos: list[int],
                         f"P({fmt.negative!r}) (softmax over those two logits) at its read "
                         f"position",
     }[fmt.reading]
+    if fmt.hazard:
+        reading = (f"a hazard head: softmax(logits)[{fmt.positive_class}] at every token is "
+                   f"P(no error at this token), and the score of a step is the product of these "
+                   f"over the tokens 0..its read position")
     task = "text-generation" if fmt.reading == "label-tokens" else "token-classification"
     lines = [
         "---", "library_name: transformers", f"pipeline_tag: {task}",
@@ -187,6 +191,14 @@ def snippet(output: str, fmt: StepFormat, arch: str, bos: list[int], tag_id: int
         "def step_scores(problem, steps):\n"
         "    ids, read = encode(problem, steps)\n"
         "    with torch.no_grad():\n"
-        "        logits = model(input_ids=torch.tensor([ids])).logits[0, read].float()\n"
-        f"    return {read}.tolist()\n\n\n"
+        + (hazard_read(fmt.positive_class) if fmt.hazard else
+           "        logits = model(input_ids=torch.tensor([ids])).logits[0, read].float()\n"
+           f"    return {read}.tolist()\n") + "\n\n"
         "print(step_scores('What is 2 + 3?', ['2 + 3 = 5.', 'The answer is 5.']))\n")
+
+
+def hazard_read(p: int) -> str:
+    """The snippet's last lines for a hazard head: every token's log P(no error), summed."""
+    return ("        logits = model(input_ids=torch.tensor([ids])).logits[0].float()\n"
+            f"    keep = torch.nn.functional.logsigmoid(logits[:, {p}] - logits[:, {1 - p}])\n"
+            "    return keep.cumsum(0)[read].clamp(max=-1e-6).exp().tolist()\n")

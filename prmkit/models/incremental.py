@@ -170,6 +170,8 @@ def reuse_blocker(prm: Any) -> str | None:
         return "the model attends in both directions, so earlier tokens change with later ones"
     if getattr(config, "sliding_window", None) or "sliding_attention" in (getattr(config, "layer_types", None) or ()):
         return "the model has sliding-window attention layers"
+    if prm.format.hazard:
+        return "a hazard head sums over every token of the solution, not one position per step"
     if prm.format.reading not in ("label-tokens", "classes", "value"):
         return f"reading {prm.format.reading!r} is not read at one position per step"
     return None

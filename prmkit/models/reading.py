@@ -166,8 +166,33 @@ class Reader:
                 return self.lm_head(hidden[rows, cols])[:, self.pair]
             return model(**given, attention_mask=attn,
                          **cache_kwargs(model, cache, positions)).logits[rows, cols][:, self.pair]
-        return head_logits(model(**given, attention_mask=attn,
-                             **cache_kwargs(model, cache, positions)))[rows, cols]
+        out = head_logits(model(**given, attention_mask=attn,
+                                **cache_kwargs(model, cache, positions)))
+        if self.format.hazard:
+            if cache is not None:
+                raise PrmkitError("a hazard head is read over the whole sequence: it cannot "
+                                  "continue a key-value cache")
+            return self.survival(out, attn, rows, cols)
+        return out[rows, cols]
+
+    def survival(self, logits: Any, attn: Any, rows: Any, cols: Any) -> Any:
+        """A hazard head's step logits: at every token t the head's two classes give
+        log P(no error at t) = logsigmoid(positive - negative); the step read at (row, col) has
+        log S = the sum of these over the row's tokens 0..col (masked padding adds nothing).
+        Returned as the pair [log S, log(1 - S)] in the head's class order, so softmax gives
+        S and the step cross-entropy, the probabilities and the margin work unchanged."""
+        import torch
+        import torch.nn.functional as F
+
+        p = self.format.positive_class
+        logits = logits.float()
+        keep = F.logsigmoid(logits[..., p] - logits[..., 1 - p])
+        if attn is not None:
+            keep = keep * attn.to(keep.dtype)
+        log_s = torch.cumsum(keep, dim=1)[rows, cols].clamp(max=-1e-6)
+        log_not = torch.log(-torch.expm1(log_s))
+        pair = [log_s, log_not] if p == 0 else [log_not, log_s]
+        return torch.stack(pair, dim=-1)
 
     def probabilities(self, logits: Any) -> Any:
         """P(step is correct) from :meth:`logits`."""

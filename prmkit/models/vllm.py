@@ -210,6 +210,10 @@ def engine_args(path: str, bound: BoundFormat, *, dtype: str = "auto",
                                   trust_remote_code=trust_remote_code)
     if max_model_len is not None:
         kwargs["max_model_len"] = max_model_len
+    if fmt.hazard:
+        raise PrmkitError(f"format {fmt.name!r} is a hazard head, read at every token of the "
+                          f"solution: score it with the HF backend (the vLLM path reads the "
+                          f"step positions only)")
     if fmt.reading == "label-tokens":
         if not convert_label_tokens:
             raise PrmkitError(

@@ -19,7 +19,7 @@ from prmkit.models import folder as modeldir
 from prmkit.models.folder import resolve_model_path
 from prmkit.train.loop import Example, LoopConfig, trainable_names
 
-HEADS = ("class", "label-tokens")
+HEADS = ("class", "label-tokens", "hazard")
 
 # objective(examples, device, via) -> the loss of one batch; ``via`` is the wrapped model under
 # DDP (the forward must go through it), else None. Loop calls it under autocast.
@@ -58,8 +58,9 @@ class TrainConfig:
 def training_format(name: str, head: str) -> StepFormat:
     """The preset with its reading set by ``head``: what the trained model will store."""
     fmt = get_format(name)
-    if head == "class":
-        return dataclasses.replace(fmt, reading="classes", positive_class=1)
+    if head in ("class", "hazard"):
+        return dataclasses.replace(fmt, reading="classes", positive_class=1,
+                                   hazard=head == "hazard")
     return dataclasses.replace(fmt, reading="label-tokens", positive=fmt.positive or "+",
                                negative=fmt.negative or "-")
 

@@ -61,6 +61,9 @@ class LoopConfig:
     max_steps: int | None = field(default=None, metadata={
         "help": "stop after this many optimiser steps (overrides --epochs)"})
     lr: float = field(default=2e-4, metadata={"help": "peak learning rate (AdamW)"})
+    head_lr: float | None = field(default=None, metadata={
+        "help": "peak learning rate of a classification head (score, classifier), which starts "
+                "from random where the body is pretrained; default: --lr"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     warmup: float = field(default=0.05, metadata={
         "help": "fraction of steps with a linear warm-up; then linear decay to 0"})
@@ -84,6 +87,8 @@ class LoopConfig:
             raise PrmkitError("--max-steps must be at least 1")
         if self.eval_every is not None and self.eval_every < 1:
             raise PrmkitError("--eval-every must be at least 1")
+        if self.head_lr is not None and not self.head_lr > 0:
+            raise PrmkitError("--head-lr must be positive")
         if not (self.lr > 0 and 0 <= self.warmup < 1):
             raise PrmkitError("--lr must be positive and --warmup in [0, 1)")
 
@@ -123,6 +128,21 @@ def transformer_layers(model: Any) -> tuple[Any, Any]:
 def head_names(model: Any) -> list[str]:
     """Parameter names of a classification head (empty for a causal LM)."""
     return [n for n, _ in model.named_parameters() if n.split(".")[0] in ("score", "classifier")]
+
+
+def param_groups(model: Any, cfg: LoopConfig) -> list[dict[str, Any]]:
+    """The optimiser's parameter groups: the head at ``head_lr`` when set, the rest at ``lr``
+    (a LoRA model's head copy is found by its module name, as its names are prefixed)."""
+    body, head = [], []
+    for n, p in model.named_parameters():
+        if p.requires_grad:
+            is_head = cfg.head_lr is not None and any(
+                part in ("score", "classifier") for part in n.split("."))
+            (head if is_head else body).append(p)
+    if not body and not head:
+        raise PrmkitError("nothing to train: no parameter requires a gradient")
+    return [g for g in ({"params": body, "lr": cfg.lr},
+                        {"params": head, "lr": cfg.head_lr or cfg.lr}) if g["params"]]
 
 
 def set_trainable(model: Any, cfg: LoopConfig) -> Any:
@@ -216,10 +236,8 @@ class Loop:
         self.per_step = cfg.grad_accum * self.acc.num_processes
         self.steps_per_epoch = max(1, math.ceil(len(self.batches) / self.per_step))
         self.total_steps = cfg.max_steps or cfg.epochs * self.steps_per_epoch
-        params = [p for p in model.parameters() if p.requires_grad]
-        if not params:
-            raise PrmkitError("nothing to train: no parameter requires a gradient")
-        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        opt = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr,
+                                weight_decay=cfg.weight_decay)
         warm = max(1, int(cfg.warmup * self.total_steps))
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(
             0.0, (self.total_steps - s) / max(1, self.total_steps - warm))))

@@ -13,7 +13,14 @@ still fits are trained: step k's target is always at step k's position, whatever
 
 Heads (``head``):
   ``class``         a new 2-class head on every token (Qwen2.5-Math-PRM style); read class 1;
-  ``label-tokens``  the LM head's "+" and "-" logits (Math-Shepherd / OpenRLHF style).
+  ``label-tokens``  the LM head's "+" and "-" logits (Math-Shepherd / OpenRLHF style);
+  ``hazard``        the 2-class head read at every token as P(no error at this token); step
+                    k's score is the product up to step k's read position (a discrete-time
+                    survival model of the first error: Singer & Willett 1993; the labels are
+                    the same first-error step labels). A wrong step's evidence (a result the
+                    calculation does not give, an operation the problem does not say) sits at
+                    the tokens where it happens, and every later step inherits it, as the
+                    first-error labels do; a head read only at the tags must learn both.
 """
 
 from __future__ import annotations
@@ -42,7 +49,10 @@ class PRMTrainConfig(TrainConfig):
     data: str = field(metadata={"help": "training records (prmkit JSONL) with labels or first_error"})
     eval_data: str | None = field(default=None, metadata={
         "help": "dev records for validation; default: none (fitness from training loss)"})
-    head: str = field(default="class", metadata={"help": "class (2-class head) or label-tokens"})
+    head: str = field(default="class", metadata={
+        "help": "class (2-class head read at each step's tag), label-tokens (the LM head's + "
+                "and - logits), or hazard (the 2-class head at every token as P(no error "
+                "here), a step's score their product up to its tag)"})
     labels: str = field(default="hard", metadata={
         "help": "hard: labels >= 0.5 are 1, else 0; soft: train against [p, 1-p] as given"})
     until_first_error: bool = field(default=False, metadata={
@@ -141,6 +151,26 @@ def step_examples(records: Sequence[Record], bound: BoundFormat, max_length: int
     return out, skipped
 
 
+def init_hazard_head(model: Any, examples: Sequence[Example]) -> None:
+    """Start a hazard head (``--head hazard``) where a step's score is about 1/2 at the mean
+    read position L: every token's P(no error) starts at 2 ** (-1 / L) (the head's bias;
+    class 1 is the positive class of a trained head), instead of 1/2 per token, which would put
+    every step's score near 0 and its loss in the tens."""
+    import math
+
+    import torch
+
+    head = next((getattr(model, n) for n in ("score", "classifier")
+                 if isinstance(getattr(model, n, None), torch.nn.Linear)), None)
+    if head is None or head.bias is None or head.out_features != 2:
+        raise PrmkitError(f"--head hazard needs a 2-class linear head with a bias; "
+                          f"{type(model).__name__} has none")
+    reads = [p + 1 for e in examples for p in e.read_positions]
+    keep = 2.0 ** (-1.0 / max(1.0, sum(reads) / max(1, len(reads))))
+    with torch.no_grad():
+        head.bias.copy_(torch.tensor([0.0, math.log(keep / (1.0 - keep))]))
+
+
 # ---------------------------------------------------------------------------------------------
 # validation metrics
 
@@ -197,6 +227,8 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
     if skipped:
         print(f"train: {skipped} of {len(train_records)} records have no labelled step that "
               f"fits and are not used", file=sys.stderr)
+    if fmt.hazard:
+        init_hazard_head(model, examples)
     model = set_trainable(model, cfg.loop)
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     print(f"train: {len(examples)} sequences, {sum(len(e.targets) for e in examples)} labelled "
