@@ -117,6 +117,14 @@ def score_shared(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str
     return SharedPrefixScorer(prm, stats).score(problems, steps, groups)
 
 
+def score_by_problem(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str]],
+                     stats: ShareStats | None = None) -> list[list[float | None]]:
+    """:func:`score_shared` with the solutions of one problem as one group: what the server
+    does with a micro-batch (its requests name no group; completions of one prompt, sent close
+    together, share the problem's text)."""
+    return score_shared(prm, problems, steps, list(problems), stats)
+
+
 @dataclass(eq=False)
 class _Group:
     """A group's prefix (its ids, the reads inside it that its members need) and members."""
