@@ -36,6 +36,13 @@ BATCH = [
     (P1, ["2 + 3 = 6."], "c"),
     (P1, ["The answer is 5."], "d"),
     (P1, ["The answer is 6."], "d"),
+    # two branches, each with a run of two steps that two of its solutions share
+    (P2, ["48 / 2 = 24.", "48 + 24 = 72.", "The answer is 72."], "e"),
+    (P2, ["48 / 2 = 24.", "48 + 24 = 72.", "So 72."], "e"),
+    (P2, ["Half of 48 is 24.", "24 + 48 = 72.", "The answer is 72."], "e"),
+    (P2, ["Half of 48 is 24.", "24 + 48 = 72."], "e"),
+    (P2, ["Half of 48 is 24.", "24 + 48 = 72.", "\\boxed{72}", "Done."], "e"),
+    (P2, ["Half of 48 is 24."], "e"),
 ]
 CASES = [("math-shepherd", "lm"), ("rlhflow", "lm"), ("qwen-prm", "classes"),
          ("prmkit", "classes"), ("trl", "classes")]
@@ -45,8 +52,15 @@ def split(batch=BATCH):
     return [b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch]
 
 
+def lcp(a, b) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def expected_tokens(prm, batch=BATCH) -> tuple[int, int, int]:
-    """(plain, computed, fallbacks) worked out from the encodings alone."""
+    """(plain, computed, fallbacks) worked out from the encodings alone. A group's tree has a
+    node for its common prefix and one for every run of steps that two of its solutions begin
+    with (their longest common run); a node is read after the ids it shares with the longest
+    node above it, a solution after those it shares with the longest node it extends."""
     bound = prm.bound
     encs = [bound.encode(p, s).input_ids for p, s, _ in batch]
     plain = sum(len(e) for e in encs)
@@ -59,13 +73,23 @@ def expected_tokens(prm, batch=BATCH) -> tuple[int, int, int]:
         if len(members) == 1:
             computed += len(encs[members[0]])
             continue
-        prefix = group_prefix(bound, batch[members[0]][0], [batch[i][1] for i in members],
-                              [encs[i] for i in members])
-        computed += len(prefix)
+        problem, steps = batch[members[0]][0], [batch[i][1] for i in members]
+        root = group_prefix(bound, problem, steps, [encs[i] for i in members])
+        common = min(lcp(steps[0], s) for s in steps)
+        runs = {tuple(a[:lcp(a, b)]) for a in steps for b in steps if a is not b}
+        nodes = {tuple(steps[0][:common]): root}   # by their steps, shortest first
+        for run in sorted((r for r in runs if len(r) > common), key=len):
+            nodes[run] = bound.encode(problem, list(run)).input_ids
+            above = nodes[max((k for k in nodes if run[:len(k)] == k and k != run), key=len)]
+            n = lcp(above, nodes[run])
+            fallbacks += n < len(above)
+            computed += len(nodes[run]) - n
+        computed += len(root)
         for i in members:
-            n = next((k for k, (a, b) in enumerate(zip(prefix, encs[i])) if a != b),
-                     min(len(prefix), len(encs[i])))
-            fallbacks += n < len(prefix)
+            sol = tuple(batch[i][1])
+            k = max((k for k in nodes if sol[:len(k)] == k), key=len)
+            n = lcp(nodes[k], encs[i])
+            fallbacks += n < len(nodes[k])
             computed += len(encs[i]) - n
     return plain, computed, fallbacks
 
@@ -85,8 +109,8 @@ def test_shared_equals_one_pass_on_every_preset(fmt, make):
     plain, computed, fallbacks = expected_tokens(prm)
     assert (stats.plain, stats.computed, stats.fallbacks) == (plain, computed, fallbacks)
     assert stats.computed < stats.plain
-    assert stats.groups == 3 and stats.alone == 2   # a, b, d shared; the lone one and c whole
-    assert stats.candidates == 8
+    assert stats.groups == 4 and stats.alone == 2   # a, b, d, e shared; the lone one, c whole
+    assert stats.candidates == 14
 
 
 def test_the_prefix_holds_the_common_steps_and_their_scores_are_shared():
@@ -132,10 +156,12 @@ def test_falls_back_where_the_prefix_is_not_a_prefix():
     got = score_shared(prm, problems, steps, groups, stats)
     for a, b in zip(got, prm.score(problems, steps)):
         assert a == pytest.approx(b, abs=1e-4)
-    # group a's candidates have a common first step: the prefix ends with the closing token,
-    # which every candidate with more steps lacks; they reuse the ids before it
+    # a prefix with steps ends with the closing token, which every solution (and every node)
+    # below it with more steps lacks; they reuse the ids before it. Group a: its 3 solutions;
+    # group e: 2 solutions of the first branch, the second branch's longer run and 2 of its
+    # solutions (those that are exactly a node's steps fall back on nothing)
     plain, computed, fallbacks = expected_tokens(prm)
-    assert fallbacks == 3 and stats.fallbacks == stats.partial == fallbacks
+    assert fallbacks == 8 and stats.fallbacks == stats.partial == fallbacks
     assert stats.computed == computed < plain
 
 
