@@ -13,6 +13,11 @@ Parts (``--part``, default all):
   requests of the 8 lab candidates of one problem (a GRPO group: 8 completions of one prompt),
   with prefix sharing on and off. Prints throughput (solutions/s), the answers' largest
   difference and the ratio (goal: at least 2x).
+* ``tokens``: the token figures alone, from the encodings (``SharedPrefixScorer.plan``, no
+  forward pass), on larger sets: the demo's 80 test problems x 8 lab candidates, every GSM8K
+  test problem x 4 solutions; and real over computed tokens after length bucketing
+  (``token_budget_batches``) of one-pass scoring on the whole ProcessBench dev slice
+  (SmolLM2-135M, Math-Shepherd format, as ``bench/scoring.py``), at budgets 16384 and 8192.
 * ``mc``: ``label mc`` (per-step, K=8) with SmolLM2-135M-Instruct rolling out ProcessBench gsm8k
   dev solutions, the policy's prompt cache on and off: generated tokens/s.
 
@@ -116,7 +121,7 @@ def serve_side(prm, share, groups, concurrency):
     todo = iter(range(len(groups)))
     lock = threading.Lock()
     with ServerThread(app, config=config) as server:
-        RemotePRM(server.url).score_request(*groups[0])   # warm up
+        RemotePRM(server.url, timeout=600).score_request(*groups[0])   # warm up
 
         def client() -> None:
             remote = RemotePRM(server.url, retries=3, timeout=600)
@@ -206,9 +211,42 @@ def mc(args):
           f"{best[16][1] / best[16][0]:.1f} tokens/s ({best[0][0] / best[16][0]:.2f}x)")
 
 
+def tokens(args):
+    from prmkit.models.hf import load_hf_prm, token_budget_batches
+    from prmkit.models.load import open_prm
+    from prmkit.models.reading import HFConfig
+    from prmkit.models.shared import SharedPrefixScorer
+
+    prm = open_prm(None, config=HFConfig(dtype="bfloat16"))
+    scorer = SharedPrefixScorer(prm)
+    sets = (("lab", lab_candidates(args.tokens_lab)), ("gsm8k", gsm8k(10**6)))
+    for name, recs in sets:
+        if recs is None:
+            continue
+        plan = scorer.plan([r.problem for r in recs], [r.steps for r in recs], [r.group for r in recs])
+        print(f"RESULT tokens {name} ({len(recs)} candidates, {plan.groups} groups): computed/"
+              f"one-pass {plan.computed / plan.plain:.3f} ({plan.computed} of {plan.plain}; "
+              f"{plan.fallbacks} fallbacks)", flush=True)
+    path = os.path.join(DATA, "processbench_dev")
+    if not os.path.isdir(path):
+        return
+    rows = []
+    for split in ("gsm8k", "math", "olympiadbench", "omnimath"):
+        with open(os.path.join(path, f"{split}.json"), encoding="utf-8") as f:
+            rows += json.load(f)
+    ms = load_hf_prm("smollm2-135m", "math-shepherd", HFConfig(dtype="bfloat16"))
+    lengths = [len(ms.encode(r["problem"], r["steps"]).input_ids) for r in rows]
+    for budget in (16384, 8192):
+        batches = token_budget_batches(lengths, budget)
+        computed = sum(max(lengths[i] for i in b) * len(b) for b in batches)
+        print(f"RESULT bucketing ProcessBench dev ({len(rows)} solutions, {sum(lengths)} tokens), "
+              f"budget {budget}: real/computed {sum(lengths) / computed:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", default="all", choices=["all", "offline", "serve", "mc"])
+    ap.add_argument("--part", default="all", choices=["all", "offline", "serve", "mc", "tokens"])
+    ap.add_argument("--tokens-lab", type=int, default=80, help="lab problems of the tokens part")
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--lab-problems", type=int, default=40)
     ap.add_argument("--gsm8k-problems", type=int, default=40)
@@ -222,7 +260,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; torch threads {torch.get_num_threads()}; {load()}")
-    for part in ("offline", "serve", "mc"):
+    for part in ("tokens", "offline", "serve", "mc"):
         if args.part in ("all", part):
             globals()[part](args)
 

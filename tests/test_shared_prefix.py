@@ -111,6 +111,9 @@ def test_shared_equals_one_pass_on_every_preset(fmt, make):
     assert stats.computed < stats.plain
     assert stats.groups == 4 and stats.alone == 2   # a, b, d, e shared; the lone one, c whole
     assert stats.candidates == 14
+    plan = SharedPrefixScorer(prm).plan(problems, steps, groups)   # no forward pass
+    assert (plan.plain, plan.computed, plan.fallbacks, plan.groups, plan.alone, plan.candidates) == (
+        stats.plain, stats.computed, stats.fallbacks, stats.groups, stats.alone, stats.candidates)
 
 
 def test_the_prefix_holds_the_common_steps_and_their_scores_are_shared():

@@ -195,6 +195,25 @@ class SharedPrefixScorer:
                 n.kv = None   # this batch's caches go before the next batch is read
         return [row if row is not None else [] for row in out]
 
+    def plan(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
+             groups: Sequence[Hashable | None]) -> ShareStats:
+        """What :meth:`score` would feed (``plain``, ``computed``, the groups, fallbacks), from
+        the encodings alone: no forward pass (``padded`` and ``forwards`` stay 0)."""
+        kept, self.stats = self.stats, ShareStats()
+        try:
+            encs = [self.prm.encode(p, s) for p, s in zip(problems, steps)]
+            trees, alone = self._trees(problems, steps, groups, encs)
+            plan = self.stats
+        finally:
+            self.stats = kept
+        plan.plain = sum(len(e.input_ids) for e in encs)
+        plan.alone, plan.groups = len(alone), len(trees)
+        plan.candidates = sum(len(t.leaves) for t in trees)
+        plan.computed = sum(len(encs[i].input_ids) for i in alone) + sum(
+            len(n.ids) - n.past for t in trees for n in t.nodes) + sum(
+            len(encs[x.i].input_ids) - x.past for t in trees for x in t.leaves)
+        return plan
+
     # -- the trees: a group's prefix, and below it the steps some of its solutions share --------
     def _trees(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
                groups: Sequence[Hashable | None], encs: Sequence[Encoded],
