@@ -106,6 +106,12 @@ def _add_score(sub: Any) -> None:
     p.add_argument("--per-prefix", action="store_true",
                    help="slow reference mode: score every prefix in its own forward pass "
                         "(for checking a new model or format against one-pass scoring)")
+    p.add_argument("--no-share-prefix", action="store_true",
+                   help="read every record whole. By default the records of one group (the "
+                        "same `group` and problem) are scored on their common prefix's "
+                        "key-value cache: the problem and the steps they all begin with are "
+                        "read once per group (the same scores as one pass, to float32 "
+                        "rounding; HF models only, others read every record whole)")
     add_model_run_options(p, "auto = bfloat16; use float32 for exact comparisons",
                           "cut solutions to this many tokens (default: the model's maximum)")
     p.add_argument("--chunk", type=int, default=64,
@@ -131,10 +137,17 @@ def _run_score(args: argparse.Namespace) -> int:
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
     kind = model_kind(args.model)
-    score_records(records, lambda: open_prm(args.model, args.token, args.format, config),
-                  args.output, resume=not args.no_resume, kind=kind, per_prefix=args.per_prefix,
-                  chunk=args.chunk,
-                  settings=score_settings(args.model, args.format, config, args.per_prefix, kind))
+    from prmkit.models.shared import has_groups
+
+    # in the settings only where it changes the batches: two records of a group, one problem
+    share = not args.no_share_prefix and has_groups(records)
+    result = score_records(records, lambda: open_prm(args.model, args.token, args.format, config),
+                           args.output, resume=not args.no_resume, kind=kind,
+                           per_prefix=args.per_prefix, chunk=args.chunk, share_prefix=share,
+                           settings=score_settings(args.model, args.format, config,
+                                                   args.per_prefix, kind, share))
+    if result.sharing is not None:
+        print(result.sharing.summary(), file=sys.stderr)
     print(f"scored {len(records)} records -> {args.output}", file=sys.stderr)
     return 0
 

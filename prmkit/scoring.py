@@ -6,6 +6,11 @@ every record. With an output file the scored records are written as they finish 
 ``OUT.partial`` and an interrupted run resumes there: a record already in the partial file with
 the same steps is not scored again. The PRM can be given as a function that opens it, called
 only when something is left to score (so a finished run loads no model), and before any output.
+
+With ``share_prefix`` (on in ``prmkit score`` and ``prmkit eval bestofn`` unless
+``--no-share-prefix``) the records that carry a ``group`` are scored with prefix sharing
+(:mod:`prmkit.models.shared`: each group's common prefix read once, each candidate's suffix on
+its cache; the same scores as one pass, to float32 rounding), in chunks of whole groups.
 """
 
 from __future__ import annotations
@@ -31,20 +36,22 @@ class ScoreResult:
     prm: Any
     resumed: int
     truncated: int
+    sharing: Any = None   # prmkit.models.shared.ShareStats when prefixes were shared
 
 
 def score_settings(model: str | None, fmt: str | None, config: Any, per_prefix: bool = False,
-                   kind: str = "prm") -> dict[str, Any]:
+                   kind: str = "prm", share_prefix: bool = False) -> dict[str, Any]:
     """The settings that change a scoring run's output (a resume must match them): the model
     (a folder by its absolute path), the step format, the dtype, the length cut, the device and
-    token budget (the batches' make-up moves low-precision scores), the mode."""
+    token budget (the batches' make-up moves low-precision scores), the mode, prefix sharing
+    (it changes the batches too)."""
     name = model or "default"
     if os.path.exists(name):
         name = os.path.abspath(name)
     return {"model": name, "format": fmt or "saved in the model folder",
             **{k: getattr(config, k, None) for k in ("dtype", "max_length", "device",
                                                       "token_budget")},
-            "per_prefix": per_prefix, "kind": kind}
+            "per_prefix": per_prefix, "kind": kind, "share_prefix": share_prefix}
 
 
 def check_partial(out: str, done: dict[str, dict[str, Any]], records: Sequence[Record],
@@ -104,13 +111,16 @@ def _restore(rec: Record, row: dict[str, Any] | None, kind: str) -> bool:
 
 def score_records(records: Sequence[Record], prm: Any, out: str | None = None, resume: bool = True,
                   *, kind: str = "prm", per_prefix: bool = False, chunk: int | None = 64,
-                  desc: str = "score", settings: dict[str, Any] | None = None) -> ScoreResult:
+                  desc: str = "score", settings: dict[str, Any] | None = None,
+                  share_prefix: bool = False) -> ScoreResult:
     """Score ``records`` with ``prm`` (a PRM, or a function returning one), writing them to
     ``out`` as they finish when given.
 
     ``kind`` ``orm`` writes the score of a solution's end to ``meta.outcome_score``;
     ``per_prefix`` uses the slow reference scoring. Records are scored ``chunk`` at a time,
     longest first; with ``chunk=None`` a PRM's ``score_iter`` streams every batch as it ends.
+    ``share_prefix``: records with a ``group`` are scored on their group's shared prefix
+    (the module docstring); what it computed and saved is the result's ``sharing``.
     ``settings`` (what changes the scores: model, format, dtype, ...) are written at the head of
     ``OUT.partial``; a resume from a partial written with other settings, or from other input
     records, is refused (:func:`check_partial`).
@@ -134,9 +144,13 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
     if len(todo) < len(records):
         print(f"resuming: {len(records) - len(todo)} of {len(records)} records already scored"
               f" in {out}.partial", file=sys.stderr)
+    from prmkit.models.shared import ShareStats, can_share, has_groups
+
+    sharing = ShareStats() if (share_prefix and not per_prefix and prm is not None and can_share(prm)
+                               and has_groups(todo)) else None
     with progress(total=len(records), initial=len(records) - len(todo), desc=desc,
                   unit="rec") as bar:
-        for rec, scores in _scored(prm, todo, per_prefix, chunk):
+        for rec, scores in _scored(prm, todo, per_prefix, chunk, sharing):
             if kind == "orm":  # one score for the whole solution, read at its end
                 rec.meta["outcome_score"] = scores[-1]
             else:
@@ -150,12 +164,20 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
     if truncated:
         print(f"warning: {truncated} solutions were longer than the model allows; their last "
               f"steps have null scores", file=sys.stderr)
-    return ScoreResult(prm, len(records) - len(todo), truncated)
+    return ScoreResult(prm, len(records) - len(todo), truncated, sharing)
 
 
-def _scored(prm: Any, todo: list[Record], per_prefix: bool, chunk: int | None) -> Any:
-    """(record, scores) as they finish."""
+def _scored(prm: Any, todo: list[Record], per_prefix: bool, chunk: int | None,
+            sharing: Any) -> Any:
+    """(record, scores) as they finish; on shared prefixes when ``sharing`` (its stats)."""
     if not todo:
+        return
+    if sharing is not None:
+        from prmkit.models.shared import score_shared
+
+        for part in group_chunks(todo, chunk or 256):
+            yield from zip(part, score_shared(prm, [r.problem for r in part], [r.steps for r in part],
+                                              [r.group for r in part], sharing))
         return
     if chunk is None and not per_prefix and hasattr(prm, "score_iter"):
         # batches come back as they finish (longest first); each is written at once
@@ -170,3 +192,19 @@ def _scored(prm: Any, todo: list[Record], per_prefix: bool, chunk: int | None) -
         problems, steps = [r.problem for r in part], [r.steps for r in part]
         score: Callable[..., Any] = prm.score_per_prefix if per_prefix else prm.score
         yield from zip(part, score(problems, steps))
+
+
+def group_chunks(records: Sequence[Record], chunk: int) -> list[list[Record]]:
+    """``records`` in chunks of whole groups (a record without a group is a group of its own),
+    the longest groups first, each chunk closed once it holds ``chunk`` records or more."""
+    groups: dict[Any, list[Record]] = {}
+    for i, r in enumerate(records):
+        groups.setdefault(("g", r.group) if r.group is not None else ("r", i), []).append(r)
+    order = sorted(groups.values(), key=lambda g: -sum(sum(len(s) for s in r.steps) + len(r.problem)
+                                                       for r in g) / len(g))
+    chunks: list[list[Record]] = [[]]
+    for g in order:
+        if len(chunks[-1]) >= chunk:
+            chunks.append([])
+        chunks[-1].extend(g)
+    return [c for c in chunks if c]

@@ -50,7 +50,7 @@ def _configs():
         ("search", SearchConfig, {}), ("search", BeamConfig, {}), ("search", MCTSConfig, {}),
         ("serve", ServeConfig, {}), ("generate", GenerateConfig, {"chunk": None}),
         ("score", HFConfig, {}), ("eval processbench", HFConfig, {}),
-        ("eval prmbench", HFConfig, {}),
+        ("eval prmbench", HFConfig, {}), ("eval bestofn", HFConfig, {}),
         # convert writes the numbers as words: 1 -> "1", None -> "null"
         ("convert", ConvertOptions, {"prm800k_neutral": "1", "prmbench_later_steps": "null"}),
     ]

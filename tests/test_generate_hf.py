@@ -173,3 +173,40 @@ def test_encode_prompt_adds_bos_once():
     bos = with_bos.bos_token_id
     assert encode_prompt(with_bos, "What is")[0] == bos
     assert encode_prompt(with_bos, "<|im_start|>What is").count(bos) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# prompts that extend one another share their prefill (prmkit/generate/prefixcache.py)
+
+GROWING = ["What is 2 + 3? Step 1: 2 + 3 = 5.", "What is 2 + 3? Step 1: 2 + 3 = 5. Step 2: The",
+           "What is 2 + 3? Step 1: 2 + 3 = 5. Step 2: The answer is", "Natalia sold clips to 48"]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_kept_prompt_caches_give_the_same_samples(temperature):
+    """Four samples per prompt on a batch of four: each prompt decoded alone, on the kept cache
+    of the prompt it extends. The samples equal those of full prefills; the shared ids were
+    not fed again (the chunks of one prompt, n = 8 here, reuse all but its last id)."""
+    model, tok = tiny.causal_lm(), tiny.tokenizer()
+    runs = {}
+    for kept in (16, 0):
+        g = HFGenerator(model, tok, HFGenConfig(dtype="float32", batch_size=4, prefix_cache=kept))
+        runs[kept] = (g.generate(GROWING, n=8, max_tokens=6, temperature=temperature, seed=3), g)
+    (a, cached), (b, plain) = runs[16], runs[0]
+    assert [[c.text for c in row] for row in a] == [[c.text for c in row] for row in b]
+    assert plain.prompts is None
+    from prmkit.generate.prefixcache import shared
+
+    ids = sorted((encode_prompt(tok, p) for p in GROWING), key=len)   # the order decoded
+    # per prompt: its first chunk reuses what it shares with a prompt before it, its second
+    # chunk all but its last id
+    want = sum(min(max([shared(x, y) for y in ids[:k]], default=0), len(x) - 1) + len(x) - 1
+               for k, x in enumerate(ids))
+    assert cached.prompts.reused == want
+    assert cached.prompts.reused + cached.prompts.prefilled == 2 * sum(len(i) for i in ids)
+    assert max(shared(ids[1], ids[2]), shared(ids[2], ids[3])) > 10   # the prompts do share
+
+
+def test_sliding_window_models_keep_no_prompt_cache():
+    g = HFGenerator(gemma_lm(), tiny.tokenizer(), HFGenConfig(dtype="float32", batch_size=2))
+    assert g.prompts is None

@@ -112,13 +112,14 @@ def _add_steps(evals: Any) -> None:
 
 def _add_bestofn(evals: Any) -> None:
     from prmkit.evaluate import bestofn
+    from prmkit.evaluate.common import add_model_args
 
     q = _sub(evals, "bestofn", "best-of-N accuracy against N with confidence intervals",
              bestofn.__doc__, "Accuracy against N for every selection method the candidates "
              "support, plus the oracle (pass@N).")
     q.add_argument("--input", required=True,
                    help="candidates (prmkit JSONL) with group, is_correct and, for the PRM "
-                        "methods, step_scores")
+                        "methods, step_scores (or --model to score them)")
     q.add_argument("--n", default="1,2,4,8", help="comma-separated subset sizes N")
     q.add_argument("--draws", type=int, default=100, help="random subsets per problem and N")
     q.add_argument("--seed", type=int, default=0, help="seed of the draws and the bootstrap")
@@ -131,6 +132,12 @@ def _add_bestofn(evals: Any) -> None:
     q.add_argument("--output", required=True, help="results JSON")
     q.add_argument("--plot", default=None,
                    help="accuracy-against-N PNG (default: the --output name with .png)")
+    add_model_args(q)
+    q.add_argument("--no-share-prefix", action="store_true",
+                   help="with --model: read every candidate whole. By default the candidates "
+                        "of one group are scored on their common prefix's key-value cache (the "
+                        "problem and the steps they all begin with read once per group; the "
+                        "same scores as one pass, to float32 rounding)")
     q.set_defaults(run=_run_bestofn)
 
 
@@ -254,7 +261,7 @@ def _run_steps(args: argparse.Namespace) -> int:
 
 def _run_bestofn(args: argparse.Namespace) -> int:
     from prmkit.evaluate import bestofn
-    from prmkit.evaluate.common import write_json
+    from prmkit.evaluate.common import score_with_model, write_json
     from prmkit.formats.detect import read_records
 
     _default_plot(args)
@@ -267,8 +274,17 @@ def _run_bestofn(args: argparse.Namespace) -> int:
     config = bestofn.BestOfNConfig(n=ns, draws=args.draws, seed=args.seed,
                                    bootstrap=args.bootstrap, weight_by=args.weight_by,
                                    methods=methods)
-    res = bestofn.curve(read_records(args.input), config)
-    res = {"input": args.input, **res}
+    records = read_records(args.input)
+    info: dict[str, Any] = {}
+    if args.model:   # the candidates' step_scores come from the model
+        if not args.save_scores and args.output != "-":
+            stem = args.output[:-5] if args.output.endswith(".json") else args.output
+            args.save_scores = stem + ".scores.jsonl"
+        _check_output(args.save_scores)
+        info["scored_by"] = score_with_model(records, args, "bestofn",
+                                             share_prefix=not args.no_share_prefix)
+    res = bestofn.curve(records, config)
+    res = {"input": args.input, **info, **res}
     write_json(args.output, res)
     bestofn.print_results(res)
     if args.plot:

@@ -155,25 +155,37 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
                         "to --predictions or `prmkit report` later")
 
 
-def score_with_model(records: list[Record], args: argparse.Namespace, desc: str) -> dict[str, Any]:
+def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
+                     share_prefix: bool = False) -> dict[str, Any]:
     """Set ``step_scores`` on every record with the model in ``args``; show progress.
 
     Returns what to record beside the figures: the model, its step format and the dtype it
     actually ran in. With ``args.save_scores`` the scored records are written as they finish
     and an interrupted run resumes without rescoring them (:func:`prmkit.scoring.score_records`).
+    ``share_prefix``: records of one group are scored on their shared prefix
+    (:mod:`prmkit.models.shared`); what it computed and saved is recorded and printed.
     """
     from prmkit.models.load import load_prm
     from prmkit.models.reading import HFConfig
+    from prmkit.models.shared import has_groups
     from prmkit.scoring import score_records, score_settings
 
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
     prm = load_prm(args.model, args.format, config)
-    score_records(records, prm, args.save_scores, chunk=None, desc=desc,
-                  settings=score_settings(args.model, args.format, config))
+    share_prefix = share_prefix and has_groups(records)
+    result = score_records(records, prm, args.save_scores, chunk=None, desc=desc,
+                           share_prefix=share_prefix,
+                           settings=score_settings(args.model, args.format, config,
+                                                   share_prefix=share_prefix))
     dtype = str(next(prm.model.parameters()).dtype).replace("torch.", "")
-    return {"name": args.model, "format": prm.format.name, "dtype": dtype, "device": args.device,
+    info = {"name": args.model, "format": prm.format.name, "dtype": dtype, "device": args.device,
             "truncated_solutions": prm.stats.truncated_solutions}
+    if result.sharing is not None:
+        print(result.sharing.summary(), file=sys.stderr)
+        info["prefix_sharing"] = {k: getattr(result.sharing, k) for k in
+                                  ("plain", "computed", "saved", "groups", "fallbacks", "partial")}
+    return info
 
 
 def check_model_or_predictions(args: argparse.Namespace) -> None:

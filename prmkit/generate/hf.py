@@ -12,6 +12,9 @@ position_ids, cache=DynamicCache, use_cache=True)``; ``past_key_values`` before 
   dropped), so short completions cost nothing while long ones finish.
 * **One prefill per prompt.** The ``n`` samples of a prompt share its prompt: the prompt is
   encoded once and its cache repeated ``n`` times.
+* **Prompts share prefills too.** A prompt decoded alone in its batch (``n`` at least the
+  batch size, as in Monte Carlo labeling) prefills only the ids after the longest run it
+  shares with a recently kept prompt (:mod:`prmkit.generate.prefixcache`, ``prefix_cache``).
 
 Batches: prompts are sorted by length, then packed ``batch_size // n`` prompts to a batch (one
 prompt per batch, in chunks of ``batch_size`` samples, when ``n >= batch_size``). Prompts are
@@ -32,6 +35,7 @@ from typing import Any, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.generate.base import (Completion, check_sampling, check_stop, find_stop,
                                   sample_seed)
+from prmkit.generate.prefixcache import PromptCache
 from prmkit.models.reading import DTYPES, TORCH_DTYPES
 
 log = logging.getLogger("prmkit")
@@ -48,12 +52,17 @@ class HFGenConfig:
         "help": "the most sequences (samples) decoded together in one forward pass"})
     trust_remote_code: bool = field(default=False, metadata={
         "help": "run the model repository's own Python code"})
+    prefix_cache: int = field(default=16, metadata={
+        "help": "prompts whose key-value cache is kept, so that a prompt beginning with one of "
+                "them prefills only the rest (prmkit/generate/prefixcache.py); 0: off"})
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise PrmkitError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
         if self.batch_size < 1:
             raise PrmkitError(f"batch_size must be positive, got {self.batch_size}")
+        if self.prefix_cache < 0:
+            raise PrmkitError(f"prefix_cache must be 0 or more, got {self.prefix_cache}")
 
 
 class HFGenerator:
@@ -78,6 +87,12 @@ class HFGenerator:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._keep_kw = "logits_to_keep" in params
         self.tokens_generated = 0   # over the generator's life, for benchmarks and budgets
+        # a sliding-window layer keeps only its window's keys: nothing to share there
+        mc = model.config
+        sliding = getattr(mc, "sliding_window", None) or "sliding_attention" in (
+            getattr(mc, "layer_types", None) or ())
+        self.prompts = PromptCache(self.config.prefix_cache) if self.config.prefix_cache and \
+            not sliding else None
 
     # ------------------------------------------------------------------------------ encoding
 
@@ -146,9 +161,12 @@ class HFGenerator:
             ids[b, width - len(p):] = torch.tensor(p, dtype=torch.long)
             mask[b, width - len(p):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
         with torch.inference_mode():
-            logits = self._forward(ids, mask, positions, cache, last_only=True)
+            if len(prompts) == 1 and self.prompts is not None:   # alone: no padding
+                logits, cache = self._prefill_kept(prompts[0], mask, positions)
+            else:
+                cache = DynamicCache(config=self.model.config)
+                logits = self._forward(ids, mask, positions, cache, last_only=True)
             if reps > 1:
                 cache.batch_repeat_interleave(reps)
                 logits = logits.repeat_interleave(reps, dim=0)
@@ -200,6 +218,25 @@ class HFGenerator:
                 last = last + 1
                 logits = self._forward(picked.view(-1, 1), mask, last, cache, last_only=False)
         return done  # type: ignore[return-value]
+
+    def _prefill_kept(self, prompt: list[int], mask: Any, positions: Any) -> tuple[Any, Any]:
+        """Prefill one prompt on the kept cache of the ids it shares with a recent prompt
+        (:mod:`prmkit.generate.prefixcache`); keep its own cache. Its last id always goes
+        through the model: its logits start the sampling."""
+        from transformers import DynamicCache
+
+        assert self.prompts is not None
+        n, kept = self.prompts.longest(prompt)
+        n = min(n, len(prompt) - 1)
+        cache = DynamicCache(config=self.model.config)
+        for layer, (keys, values) in enumerate(kept if n and kept else []):
+            cache.update(keys[:, :, :n], values[:, :, :n], layer)
+        ids = self.torch.tensor([prompt[n:]], dtype=self.torch.long)
+        logits = self._forward(ids, mask, positions[:, n:], cache, last_only=True)
+        self.prompts.put(prompt, [(layer.keys, layer.values) for layer in cache.layers])
+        self.prompts.reused += n
+        self.prompts.prefilled += len(prompt) - n
+        return logits, cache
 
     def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any, last_only: bool) -> Any:
         kwargs = {self._cache_kw: cache, "use_cache": True}

@@ -283,46 +283,73 @@ class IncrementalPRM:
 
     def _forward(self, seqs: list[list[int]], cols: list[int],
                  pasts: list[list[tuple[Any, Any]]]) -> tuple[Any, list[float]]:
-        """One forward pass of right-padded ``seqs``, row ``b`` after its cached tokens
-        ``pasts[b]`` (one (keys, values) pair per layer, batch 1; empty: none). Shorter caches
-        are left-padded and masked, and each row's positions continue its own cache. Returns
-        the extended cache and each row's score at its column ``cols[b]``."""
-        torch = self.torch
-        from transformers import DynamicCache
-
-        from prmkit.models.reading import pad_right
-
-        prm = self.prm
-        ids, mask = pad_right(seqs, prm.pad_id)
-        lengths = [p[0][0].shape[2] if p else 0 for p in pasts]
-        width = max(lengths)
-        cache = DynamicCache(config=prm.model.config)
-        attn = positions = None
-        if width:
-            n_layers = max(len(p) for p in pasts)
-            for layer in range(n_layers):
-                k0, v0 = next(p[layer] for p in pasts if p)
-                keys = k0.new_zeros((len(seqs), k0.shape[1], width, k0.shape[3]))
-                values = v0.new_zeros((len(seqs), v0.shape[1], width, v0.shape[3]))
-                for b, p in enumerate(pasts):
-                    if p:
-                        keys[b, :, width - lengths[b]:] = p[layer][0][0]
-                        values[b, :, width - lengths[b]:] = p[layer][1][0]
-                cache.update(keys, values, layer)
-            if min(lengths) < width:   # left padding in the cache: mask it, shift positions
-                left = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], dtype=torch.long)
-                attn = torch.cat([left, mask], dim=1).to(prm.device)
-                positions = (torch.tensor(lengths).unsqueeze(1) + torch.arange(ids.shape[1])).to(prm.device)
+        """One forward pass (:func:`cached_forward`), reading row ``b`` at ``cols[b]``."""
+        out = cached_forward(self.prm, seqs, [[c] for c in cols], pasts)
         self.forwards += 1
-        self.tokens += int(mask.sum())
-        self.computed += ids.numel()
-        device = prm.device
-        with torch.inference_mode():
-            r = torch.arange(len(seqs), dtype=torch.long, device=device)
-            c = torch.tensor(cols, dtype=torch.long, device=device)
-            logits = prm.reader.logits(ids.to(device), attn, r, c, cache=cache, positions=positions)
-            probs = prm.reader.probabilities(logits).float().cpu().tolist()
-        return cache, probs
+        self.tokens += out.real
+        self.computed += out.computed
+        return out.cache, [p[0] for p in out.probs]
+
+
+@dataclass
+class CachedPass:
+    """What :func:`cached_forward` returns: the extended cache (rows left-padded to the
+    longest past), each row's scores at its read columns, and the tokens fed (real: padding
+    excluded; computed: rows x width of the new ids)."""
+
+    cache: Any
+    probs: list[list[float]]
+    real: int
+    computed: int
+
+
+def cached_forward(prm: Any, seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]],
+                   pasts: Sequence[Sequence[tuple[Any, Any]]]) -> CachedPass:
+    """One forward pass of right-padded ``seqs`` through ``prm`` (an HFPRM), row ``b`` after
+    its cached tokens ``pasts[b]`` (one (keys, values) pair per layer, batch 1; empty: none),
+    read at the columns ``reads[b]`` of its new ids. Shorter caches are left-padded and masked,
+    and each row's positions continue its own cache; with no cache at all a causal model drops
+    the mask as one-pass scoring does (right padding)."""
+    import torch
+    from transformers import DynamicCache
+
+    from prmkit.models.reading import pad_right
+
+    ids, mask = pad_right(seqs, prm.pad_id)
+    lengths = [p[0][0].shape[2] if p else 0 for p in pasts]
+    width = max(lengths)
+    cache = DynamicCache(config=prm.model.config)
+    attn = positions = None
+    if width:
+        n_layers = max(len(p) for p in pasts)
+        for layer in range(n_layers):
+            k0, v0 = next(p[layer] for p in pasts if p)
+            keys = k0.new_zeros((len(seqs), k0.shape[1], width, k0.shape[3]))
+            values = v0.new_zeros((len(seqs), v0.shape[1], width, v0.shape[3]))
+            for b, p in enumerate(pasts):
+                if p:
+                    keys[b, :, width - lengths[b]:] = p[layer][0][0]
+                    values[b, :, width - lengths[b]:] = p[layer][1][0]
+            cache.update(keys, values, layer)
+        if min(lengths) < width:   # left padding in the cache: mask it, shift positions
+            left = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], dtype=torch.long)
+            attn = torch.cat([left, mask], dim=1).to(prm.device)
+            positions = (torch.tensor(lengths).unsqueeze(1) + torch.arange(ids.shape[1])).to(prm.device)
+    elif not prm.drop_mask and not bool(mask.all()):
+        attn = mask.to(prm.device)
+    device = prm.device
+    rows = [b for b, cols in enumerate(reads) for _ in cols]
+    flat = [c for cols in reads for c in cols]
+    with torch.inference_mode():
+        r = torch.tensor(rows, dtype=torch.long, device=device)
+        c = torch.tensor(flat, dtype=torch.long, device=device)
+        logits = prm.reader.logits(ids.to(device), attn, r, c, cache=cache, positions=positions)
+        probs = prm.reader.probabilities(logits).float().cpu().tolist() if flat else []
+    out, k = [], 0
+    for cols in reads:
+        out.append(probs[k:k + len(cols)])
+        k += len(cols)
+    return CachedPass(cache, out, int(mask.sum()), ids.numel())
 
 
 @dataclass(eq=False)

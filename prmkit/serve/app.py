@@ -20,7 +20,7 @@ clients that cannot set headers such as OpenRLHF, when the server has a token):
     query is cut and what the logs hold. ``"return_steps": true`` adds ``"problems"`` and
     ``"steps"``.
 ``GET /health``
-    ``{"status": "ok", "model", "format", "kind", "queue", "batching"}``.
+    ``{"status": "ok", "model", "format", "kind", "queue", "batching", "prefix_sharing"}``.
 
 Answers to bad requests, all ``{"error": {"message": "...", "type": "..."}}``, never a 500:
 400 body that is not JSON; 401 missing or wrong token; 413 body over ``max_body_bytes`` or
@@ -30,8 +30,9 @@ more than ``max_solutions`` solutions; 422 a body of the wrong shape, a solution
 
 Scoring runs on one worker thread that owns the model (:class:`~prmkit.serve.batcher.Batcher`):
 handlers validate and count tokens (in a thread pool, off the event loop), queue the request,
-and wait. Shutdown (Ctrl-C or SIGTERM) stops accepting connections, lets requests in flight
-finish (up to ``graceful_timeout``), then drains the queue and stops the worker.
+and wait; in a micro-batch the solutions of one problem share their prefix, read once
+(:func:`prmkit.models.shared.score_by_problem`). Shutdown (Ctrl-C, SIGTERM) stops accepting
+connections, lets requests in flight finish (``graceful_timeout``), then drains the queue.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from prmkit.aggregate import AGGREGATES
 from prmkit.errors import PrmkitError
 from prmkit.models.base import PRM
+from prmkit.models.shared import ShareStats, can_share, score_by_problem
 from prmkit.serve.batcher import Batcher, Closed, Overloaded
 from prmkit.serve.config import ServeConfig
 from prmkit.serve.disconnect import WatchDisconnect, body_chunks, wait_answer
@@ -119,12 +121,14 @@ class Scorer:
 
     def __init__(self, prm: PRM, config: ServeConfig, model_name: str, format_name: str,
                  kind: str = "prm"):
-        self.prm, self.config = prm, config
-        self.model_name, self.format_name, self.kind = model_name, format_name, kind
+        self.prm, self.config, self.model_name, self.format_name, self.kind = (
+            prm, config, model_name, format_name, kind)
         self.bound = getattr(prm, "bound", None)       # the step format, to count tokens
         limits = [x for x in (config.max_tokens, getattr(prm, "max_length", None)) if x]
         self.max_tokens = min(limits) if limits else None
-        self.batcher = Batcher(prm.score, config.batching)
+        self.sharing = ShareStats() if config.share_prefix and can_share(prm) else None
+        self.batcher = Batcher(prm.score if self.sharing is None else (
+            lambda p, s: score_by_problem(prm, p, s, self.sharing)), config.batching)
 
     def check(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> None:
         """The limits that need no tokenizer: solutions per request, steps per solution."""
@@ -184,7 +188,8 @@ class Scorer:
         return {"status": "ok", "model": self.model_name, "format": self.format_name,
                 "kind": self.kind,
                 "queue": {"queued": self.batcher.queued, "max": self.config.batching.max_queue},
-                "batching": self.batcher.stats.as_dict()}
+                "batching": self.batcher.stats.as_dict(),
+                "prefix_sharing": None if self.sharing is None else dict(self.sharing.__dict__)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,10 +331,8 @@ def create_app(prm: PRM, config: ServeConfig, model_name: str, format_name: str,
         log.exception("internal error while serving %s", request.url.path)
         return error_response(500, f"internal error: {type(e).__name__}: {e}", "internal")
 
-    score_schema = {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": ScoreRequest.model_json_schema()}}}}
-    reward_schema = {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": RewardRequest.model_json_schema()}}}}
+    score_schema, reward_schema = ({"requestBody": {"required": True, "content": {
+        "application/json": {"schema": m.model_json_schema()}}}} for m in (ScoreRequest, RewardRequest))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -52,6 +52,10 @@ class ServeConfig:
     reward: str = field(default="min", metadata={
         "help": "how /get_reward turns step scores into one reward per response (min: "
                 "Math-Shepherd's rule)", "choices": tuple(AGGREGATES)})
+    share_prefix: bool = field(default=True, metadata={
+        "help": "within a micro-batch, score the solutions of one problem on their common "
+                "prefix's key-value cache (the problem and the steps they all begin with read "
+                "once; the same scores, to float32 rounding; HF models only)"})
     graceful_timeout: float = field(default=60.0, metadata={
         "help": "on shutdown (Ctrl-C, SIGTERM), seconds to let requests in flight finish"})
 

@@ -1,0 +1,416 @@
+"""Prefix sharing: a group of candidates scored at the cost of one prompt.
+
+Best-of-N, Monte Carlo labeling and RL score many solutions that begin with the same tokens:
+the N candidates of one problem share its prompt, and often their first steps. One-pass scoring
+(:meth:`prmkit.models.hf.HFPRM.score`) reads each candidate whole, so the shared text is read N
+times. Here the candidates of one group (records with the same ``group`` and problem; in the
+server, the solutions of one micro-batch with the same problem) are read as a tree of prefixes:
+
+1. **the group's prefix, once**: the step format's ids of the problem and of the steps that
+   every candidate of the group begins with (:func:`group_prefix`): ``encode(problem, common)``,
+   or, with no common step, the ids before the first step (:func:`prmkit.models.incremental.head_ids`,
+   which leaves out the head's last token under a whole-text format; a format that puts nothing
+   before the first step, RLHFlow's turns, takes the ids all the candidates begin with);
+2. **a node for every run of steps that some of them share**: below a prefix, the candidates
+   are split by their next step; two or more with the same next step get a child prefix,
+   ``encode(problem, run)`` for the longest run of steps they all begin with, read once on its
+   parent's cache (lab candidates: right solutions are mostly word for word the same, so most
+   share long runs with some others, not with all);
+3. **each candidate's suffix on its node's cache**: the candidate's own ids after its deepest
+   node, fed with the node's cache as ``past_key_values`` (:func:`prmkit.models.incremental.cached_forward`,
+   the machinery search uses), reading the rest of its steps.
+
+A node's pass keeps its cache and reads the scores of its own steps (they are the same for every
+candidate below it). The nodes are read a depth at a time, a parent before its children, many
+groups in one pass.
+
+Why it is exact. A causal model's output at a position depends only on the ids up to it, and
+every candidate is read on *its own* ids (``encode(problem, steps)``, as one-pass scoring
+reads it): the prefix's cache is used only for the leading ids the two share. Under the
+``pieces`` tokenisation the prefix's ids are a prefix of every candidate's by construction;
+under ``whole`` (Math-Shepherd, Qwen, RLHFlow: :mod:`prmkit.wholetext`) a tokenizer may merge
+across the boundary, so each candidate is checked. A candidate whose ids do not begin with the
+prefix's (or a node whose ids do not begin with its parent's) is a **fallback**, counted: it
+reuses the cache of the ids both share (``partial``) or, sharing none, is read whole. Reads that fall inside the shared ids are taken from the prefix's
+pass at the same positions. Scores equal one-pass scoring to ~1e-6 in float32 (the order of the
+sums in attention differs); in bfloat16 they move by the batch make-up, as one-pass scores do.
+
+What cannot share falls back to plain one-pass scoring: a PRM that is not an HF model or cannot
+reuse a cache (:func:`prmkit.models.incremental.reuse_blocker`: bidirectional models, sliding
+windows, the implicit PRM), records without a group, and groups of one.
+
+Accounting (:class:`ShareStats`): ``plain`` is what one-pass scoring feeds (every candidate's
+ids), ``computed`` what this feeds (each node once, each suffix, the candidates read whole);
+``saved = plain - computed``. Both count real tokens, padding excluded; ``padded`` counts the
+padded size of every pass.
+
+Memory. Groups are taken a token budget of their prefixes at a time (:meth:`HFPRM.batches`);
+their nodes and suffixes are read before the next groups, so only their caches are held. A pass
+holds rows x (cached + new) tokens within a quarter of the token budget (each row carries its
+own copy of its prefix's cache, as in search).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Sequence
+
+from prmkit.errors import PrmkitError
+from prmkit.models.incremental import cached_forward, head_ids, reuse_blocker
+from prmkit.stepformat import Encoded
+
+
+@dataclass
+class ShareStats:
+    """What prefix sharing computed and saved (real tokens; see the module docstring)."""
+
+    groups: int = 0           # groups whose prefix was computed once
+    candidates: int = 0       # candidates scored on a prefix's cache (fallbacks included)
+    alone: int = 0            # candidates read whole: no group, a group of one, no reuse
+    fallbacks: int = 0        # candidates whose ids do not begin with their prefix's ids
+    partial: int = 0          # ... of which reused the cache of the ids both share
+    plain: int = 0            # tokens one-pass scoring feeds: every candidate whole
+    computed: int = 0         # tokens fed here: prefixes once, suffixes, candidates alone
+    padded: int = 0           # rows x width of every pass
+    forwards: int = 0
+
+    @property
+    def saved(self) -> int:
+        return self.plain - self.computed
+
+    def summary(self) -> str:
+        share = self.computed / self.plain if self.plain else 1.0
+        return (f"prefix sharing: computed {self.computed} of {self.plain} tokens ({share:.1%}), "
+                f"saved {self.saved}; {self.groups} groups, {self.candidates} candidates on a "
+                f"shared prefix, {self.alone} read whole, {self.fallbacks} fallbacks "
+                f"({self.partial} partial)")
+
+    def add(self, other: "ShareStats") -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def can_share(prm: Any) -> bool:
+    """True when ``prm`` is an HF PRM that can reuse a key-value cache."""
+    from prmkit.models.hf import HFPRM
+
+    return isinstance(prm, HFPRM) and reuse_blocker(prm) is None
+
+
+def has_groups(records: Sequence[Any]) -> bool:
+    """True when two of ``records`` (with ``problem`` and ``group``) have the same group and
+    problem, so that sharing has something to share."""
+    seen = set()
+    for r in records:
+        if r.group is not None:
+            if (r.group, r.problem) in seen:
+                return True
+            seen.add((r.group, r.problem))
+    return False
+
+
+def score_shared(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str]],
+                 groups: Sequence[Hashable | None], stats: ShareStats | None = None,
+                 ) -> list[list[float | None]]:
+    """One score list per solution, as ``prm.score(problems, steps)`` gives, with the solutions
+    of one group (``groups[i]``, None: none) scored on their shared prefix's cache. Any PRM
+    works; one that cannot share is scored plainly. ``stats`` (when given) is added to."""
+    if not (len(problems) == len(steps) == len(groups)):
+        raise PrmkitError(f"{len(problems)} problems, {len(steps)} step lists and "
+                          f"{len(groups)} groups")
+    stats = stats if stats is not None else ShareStats()
+    if not can_share(prm):
+        return _plain(prm, list(range(len(problems))), problems, steps, stats,
+                      [None] * len(problems), count_plain=True)
+    return SharedPrefixScorer(prm, stats).score(problems, steps, groups)
+
+
+def score_by_problem(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str]],
+                     stats: ShareStats | None = None) -> list[list[float | None]]:
+    """:func:`score_shared` with the solutions of one problem as one group: what the server
+    does with a micro-batch (its requests name no group; completions of one prompt, sent close
+    together, share the problem's text)."""
+    return score_shared(prm, problems, steps, list(problems), stats)
+
+
+@dataclass(eq=False)
+class _Node:
+    """A prefix in a group's tree: its ids, the node whose cache covers ``ids[:past]`` (None:
+    read from the start), the positions read in its own part, and its cache once read."""
+
+    ids: list[int]
+    parent: "_Node | None" = None
+    past: int = 0
+    depth: int = 0
+    reads: set[int] = field(default_factory=set)
+    kv: list[tuple[Any, Any]] | None = None
+    probs: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class _Leaf:
+    """A solution, read after the first ``past`` of its ids on ``node``'s cache."""
+
+    i: int
+    node: _Node
+    past: int
+
+
+@dataclass(eq=False)
+class _Tree:
+    root: _Node
+    nodes: list[_Node]
+    leaves: list[_Leaf]
+
+
+class SharedPrefixScorer:
+    """Scores groups of solutions on their shared prefixes (see the module docstring)."""
+
+    def __init__(self, prm: Any, stats: ShareStats | None = None):
+        why = reuse_blocker(prm)
+        if why is not None:
+            raise PrmkitError(f"this PRM cannot share a prefix's key-value cache: {why}")
+        self.prm = prm
+        self.stats = stats if stats is not None else ShareStats()
+        self.budget = max(1024, prm.config.token_budget // 4)
+
+    def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
+              groups: Sequence[Hashable | None]) -> list[list[float | None]]:
+        prm, stats = self.prm, self.stats
+        encs = [prm.encode(p, s) for p, s in zip(problems, steps)]
+        stats.plain += sum(len(e.input_ids) for e in encs)
+        out: list[list[float | None] | None] = [None] * len(problems)
+        trees, alone = self._trees(problems, steps, groups, encs)
+        if alone:
+            _plain(prm, alone, problems, steps, stats, out, count_plain=False)
+        for batch in prm.batches([len(t.root.ids) for t in trees]):
+            part = [trees[i] for i in batch]
+            nodes = [n for t in part for n in t.nodes]
+            for depth in range(max(n.depth for n in nodes) + 1):   # a parent before its children
+                self._read_nodes([n for n in nodes if n.depth == depth])
+            leaves = sorted((leaf for t in part for leaf in t.leaves), key=lambda x: -x.past)
+            self._read_leaves(leaves, encs, out)
+            stats.groups += len(part)
+            for n in nodes:
+                n.kv = None   # this batch's caches go before the next batch is read
+        return [row if row is not None else [] for row in out]
+
+    def plan(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
+             groups: Sequence[Hashable | None]) -> ShareStats:
+        """What :meth:`score` would feed (``plain``, ``computed``, the groups, fallbacks), from
+        the encodings alone: no forward pass (``padded`` and ``forwards`` stay 0)."""
+        kept, self.stats = self.stats, ShareStats()
+        try:
+            encs = [self.prm.encode(p, s) for p, s in zip(problems, steps)]
+            trees, alone = self._trees(problems, steps, groups, encs)
+            plan = self.stats
+        finally:
+            self.stats = kept
+        plan.plain = sum(len(e.input_ids) for e in encs)
+        plan.alone, plan.groups = len(alone), len(trees)
+        plan.candidates = sum(len(t.leaves) for t in trees)
+        plan.computed = sum(len(encs[i].input_ids) for i in alone) + sum(
+            len(n.ids) - n.past for t in trees for n in t.nodes) + sum(
+            len(encs[x.i].input_ids) - x.past for t in trees for x in t.leaves)
+        return plan
+
+    # -- the trees: a group's prefix, and below it the steps some of its solutions share --------
+    def _trees(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
+               groups: Sequence[Hashable | None], encs: Sequence[Encoded],
+               ) -> tuple[list[_Tree], list[int]]:
+        """The trees of the groups of two or more solutions (same group, same problem), and the
+        solutions read whole."""
+        by_key: dict[tuple[Hashable, str], list[int]] = {}
+        alone: list[int] = []
+        for i, (p, g) in enumerate(zip(problems, groups)):
+            if g is None or not encs[i].input_ids:
+                alone.append(i)
+            else:
+                by_key.setdefault((g, p), []).append(i)
+        trees = []
+        for (_, problem), members in by_key.items():
+            if len(members) < 2:
+                alone.extend(members)
+                continue
+            ids = group_prefix(self.prm.bound, problem, [steps[i] for i in members],
+                               [encs[i].input_ids for i in members])
+            tree = _Tree(_Node(ids[:self.prm.max_length]), [], [])
+            tree.nodes.append(tree.root)
+            self._grow(tree, tree.root, members, common_steps([steps[i] for i in members]),
+                       problem, steps, encs, alone)
+            if tree.leaves:
+                trees.append(tree)
+        return trees, sorted(alone)
+
+    def _grow(self, tree: _Tree, node: _Node, members: list[int], k: int, problem: str,
+              steps: Sequence[Sequence[str]], encs: Sequence[Encoded], alone: list[int]) -> None:
+        """Below ``node`` (whose members all begin with the same ``k`` steps): the members that
+        share step k and more with another get a child node; the rest are its leaves."""
+        by_next: dict[str, list[int]] = {}
+        for i in members:
+            if len(steps[i]) > k:
+                by_next.setdefault(steps[i][k], []).append(i)
+            else:
+                self._attach(tree, node, i, encs, alone)
+        for sub in by_next.values():
+            more = common_steps([steps[i] for i in sub], k) if len(sub) > 1 else k
+            ids = list(self.prm.bound.encode(problem, list(steps[sub[0]][:more])).input_ids)
+            ids = ids[:self.prm.max_length]
+            if more == k or len(ids) <= len(node.ids):   # alone below, or nothing to add
+                for i in sub:
+                    self._attach(tree, node, i, encs, alone)
+                continue
+            past = _shared(node.ids, ids)
+            if past < len(node.ids):   # the node's ids are not a prefix of the child's
+                self.stats.fallbacks += 1
+                self.stats.partial += past > 0
+            child = _Node(ids, node if past else None, past, node.depth + 1)
+            tree.nodes.append(child)
+            self._grow(tree, child, sub, more, problem, steps, encs, alone)
+
+    def _attach(self, tree: _Tree, node: _Node, i: int, encs: Sequence[Encoded],
+                alone: list[int]) -> None:
+        """Solution ``i`` continues ``node``: checked, its reads inside the shared ids asked of
+        the node (or the ancestor) that reads them."""
+        n = _shared(node.ids, encs[i].input_ids)
+        if n < len(node.ids):
+            self.stats.fallbacks += 1
+            self.stats.partial += n > 0
+        if n == 0:
+            alone.append(i)
+            return
+        tree.leaves.append(_Leaf(i, node, n))
+        for p in encs[i].read_positions:
+            if p < n:
+                _covering(node, p).reads.add(p)
+
+    # -- the forward passes ---------------------------------------------------------------------
+    def _batches(self, rows: list[Any], past: Any, new: Any) -> list[list[Any]]:
+        """Rows in batches of at most ``budget`` rows x (longest past + longest new ids)."""
+        batches: list[list[Any]] = [[]]
+        wide_past = wide_new = 0
+        for row in rows:
+            p, n = max(wide_past, past(row)), max(wide_new, new(row))
+            if batches[-1] and (p + n) * (len(batches[-1]) + 1) > self.budget:
+                batches.append([])
+                p, n = past(row), new(row)
+            batches[-1].append(row)
+            wide_past, wide_new = p, n
+        return [b for b in batches if b]
+
+    def _read_nodes(self, level: list[_Node]) -> None:
+        """The nodes of one depth: each one's ids after its parent's on the parent's cache;
+        keep each one's whole cache and read what its leaves need inside it."""
+        for batch in self._batches(level, lambda n: n.past, lambda n: len(n.ids) - n.past):
+            reads = [sorted(n.reads) for n in batch]
+            res = cached_forward(self.prm, [n.ids[n.past:] for n in batch],
+                                 [[p - n.past for p in r] for n, r in zip(batch, reads)],
+                                 [_cut(n.parent.kv, n.past) if n.parent else [] for n in batch])
+            self._count(res.real, res.computed)
+            width = max(n.past for n in batch)
+            for b, (n, r) in enumerate(zip(batch, reads)):
+                a, z = width - n.past, width + len(n.ids) - n.past
+                n.kv = [(layer.keys[b:b + 1, :, a:z].clone(), layer.values[b:b + 1, :, a:z].clone())
+                        for layer in res.cache.layers]
+                n.probs = dict(zip(r, res.probs[b]))
+
+    def _read_leaves(self, leaves: list[_Leaf], encs: Sequence[Encoded],
+                     out: list[list[float | None] | None]) -> None:
+        """Each solution's ids after what it shares with its node, on the node's cache."""
+        for batch in self._batches(leaves, lambda x: x.past,
+                                   lambda x: len(encs[x.i].input_ids) - x.past):
+            todo = [x for x in batch if len(encs[x.i].input_ids) > x.past]
+            after: dict[int, list[float]] = {}
+            if todo:
+                res = cached_forward(self.prm, [encs[x.i].input_ids[x.past:] for x in todo],
+                                     [[p - x.past for p in encs[x.i].read_positions if p >= x.past]
+                                      for x in todo], [_cut(x.node.kv, x.past) for x in todo])
+                self._count(res.real, res.computed)
+                after = {x.i: row for x, row in zip(todo, res.probs)}
+            for x in batch:
+                enc = encs[x.i]
+                inside = [_covering(x.node, p).probs[p] for p in enc.read_positions if p < x.past]
+                scores: list[float | None] = inside + after.get(x.i, [])
+                out[x.i] = scores + [None] * (enc.n_steps - len(scores))
+                self.stats.candidates += 1
+
+    def _count(self, real: int, computed: int) -> None:
+        stats, prm = self.stats, self.prm
+        stats.forwards += 1
+        stats.computed += real
+        stats.padded += computed
+        prm.stats.forwards += 1
+        prm.stats.real_tokens += real
+        prm.stats.computed_tokens += computed
+
+
+def common_steps(steps: Sequence[Sequence[str]], start: int = 0) -> int:
+    """How many leading steps every solution in ``steps`` has alike (at least ``start``, which
+    they are known to share)."""
+    common, shortest = start, min(len(s) for s in steps)
+    while common < shortest and all(s[common] == steps[0][common] for s in steps):
+        common += 1
+    return common
+
+
+def _covering(node: _Node, p: int) -> _Node:
+    """The node on ``node``'s path that reads position ``p`` (its own part holds it)."""
+    while p < node.past and node.parent is not None:
+        node = node.parent
+    return node
+
+
+def _cut(kv: list[tuple[Any, Any]] | None, n: int) -> list[tuple[Any, Any]]:
+    if kv is None:
+        raise PrmkitError("internal: a prefix's cache is missing")
+    return [(k[:, :, :n], v[:, :, :n]) for k, v in kv]
+
+
+def group_prefix(bound: Any, problem: str, steps: Sequence[Sequence[str]],
+                 ids: Sequence[Sequence[int]]) -> list[int]:
+    """The step format's ids of a group's prefix: the problem and the steps every solution
+    begins with (the ids up to the last common step's read position), or the ids before the
+    first step when none is common. A format that puts nothing before the first step (the
+    ``turns`` layout: the problem is in the first step's turn) takes the ids that all the
+    solutions' own ids (``ids``) begin with instead."""
+    common = common_steps(steps)
+    if common:
+        return list(bound.encode(problem, list(steps[0][:common])).input_ids)
+    head = head_ids(bound, problem)
+    if len(head) > len(bound.bos) or not ids:
+        return head
+    n = min(len(x) for x in ids)
+    for other in ids[1:]:
+        n = min(n, _shared(ids[0], other))
+    return list(ids[0][:n])
+
+
+def _plain(prm: Any, todo: Sequence[int], problems: Sequence[str], steps: Sequence[Sequence[str]],
+           stats: ShareStats, out: list[Any], count_plain: bool) -> list[Any]:
+    """Score ``todo`` plainly (one pass each) into ``out``; count what was fed (and, when
+    ``count_plain``, add it to what one-pass scoring feeds: nobody counted it before)."""
+    if not todo:
+        return out
+    counted = hasattr(prm, "stats") and hasattr(prm.stats, "real_tokens")
+    before = (prm.stats.real_tokens, prm.stats.computed_tokens, prm.stats.forwards) if counted else None
+    scores = prm.score([problems[i] for i in todo], [steps[i] for i in todo])
+    for i, row in zip(todo, scores):
+        out[i] = row
+    stats.alone += len(todo)
+    if before is not None:
+        real = prm.stats.real_tokens - before[0]
+        stats.computed += real
+        stats.padded += prm.stats.computed_tokens - before[1]
+        stats.forwards += prm.stats.forwards - before[2]
+        if count_plain:
+            stats.plain += real
+    return out
+
+
+def _shared(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
