@@ -309,9 +309,14 @@ def _load(model_dir: str) -> Any:
 
 def _score(test: Sequence[Record], prm: Any, orm_dir: str,
            gold: dict[str, Record]) -> list[Record]:
+    from prmkit.models.shared import score_shared
+
+    # the 8 candidates of a test problem share its prompt (and often leading steps): each
+    # shared prefix is read once (prmkit.models.shared), the scores as one-pass scoring's
     problems, steps = [r.problem for r in test], [r.steps for r in test]
-    step_scores = prm.score(problems, steps)
-    outcome = [s[-1] for s in _load(orm_dir).score(problems, steps)]
+    groups = [r.group for r in test]
+    step_scores = score_shared(prm, problems, steps, groups)
+    outcome = [s[-1] for s in score_shared(_load(orm_dir), problems, steps, groups)]
     out = []
     for r, s, o in zip(test, step_scores, outcome):
         g = gold[r.id]
