@@ -139,3 +139,12 @@ def test_demo_refuses_bad_claim_settings(base, tmp_path, capsys, extra, message)
     assert main(demo_args(base, tmp_path / "demo", *extra)) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "demo").exists()
+
+
+def test_demo_scoring_prints_progress_lines_off_a_terminal(base, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PRMKIT_PROGRESS_EVERY", "0")
+    assert main(demo_args(base, tmp_path / "demo")) == 0
+    err = capsys.readouterr().err
+    for name in ("PRM", "ORM"):
+        lines = [l for l in err.splitlines() if f"demo: scoring with the {name}:" in l]
+        assert lines and lines[-1].split(f"{name}: ")[1].startswith("16/16 rec"), lines

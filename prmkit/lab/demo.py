@@ -42,7 +42,8 @@ from prmkit.records import Record, read_records, write_records
 # Stored with the settings: a folder written by another version of the stages starts again
 # rather than reusing files the current code would not make. 2: trainers' mixed batches, search
 # batches independent of memory addresses (2026-11-30). 3: beam at B against best-of-4B, the
-# claims (2026-12-01). 4: the PRM's head and the heads' learning rate (2026-12-01).
+# claims (2026-12-01). 4: the PRM's head and the heads' learning rate, shared-prefix scoring
+# in float32 (2026-12-01).
 STAGES_VERSION = 4
 
 
@@ -304,25 +305,45 @@ class _Lazy:
 def _load(model_dir: str) -> Any:
     from prmkit.models.hf import HFConfig, load_hf_prm
 
-    return load_hf_prm(os.path.join(model_dir, "last"), config=HFConfig(dtype="bfloat16"))
+    # float32: in bfloat16 the scores move by up to 0.01 while the 8 candidates of a problem
+    # lie about 0.03 apart under a PRM or ORM that learnt little, so rounding alone changed
+    # which candidate the ORM picked on 6 of 20 problems (measured 2026-12-01)
+    return load_hf_prm(os.path.join(model_dir, "last"), config=HFConfig(dtype="float32"))
 
 
 def _score(test: Sequence[Record], prm: Any, orm_dir: str,
            gold: dict[str, Record]) -> list[Record]:
-    from prmkit.models.shared import score_shared
-
-    # the 8 candidates of a test problem share its prompt (and often leading steps): each
-    # shared prefix is read once (prmkit.models.shared), the scores as one-pass scoring's
-    problems, steps = [r.problem for r in test], [r.steps for r in test]
-    groups = [r.group for r in test]
-    step_scores = score_shared(prm, problems, steps, groups)
-    outcome = [s[-1] for s in score_shared(_load(orm_dir), problems, steps, groups)]
+    step_scores = _score_with(prm, test, "PRM")
+    outcome = [s[-1] for s in _score_with(_load(orm_dir), test, "ORM")]
     out = []
     for r, s, o in zip(test, step_scores, outcome):
         g = gold[r.id]
         out.append(Record(**{**r.to_dict(), "step_scores": s, "labels": g.labels,
                              "first_error": g.first_error,
                              "meta": {**r.meta, "outcome_score": o}}))
+    return out
+
+
+def _score_with(model: Any, test: Sequence[Record], name: str,
+                chunk: int = 64) -> list[list[float | None]]:
+    """Step scores of the test candidates, a chunk of whole groups at a time (progress lines
+    off a terminal). The candidates of a problem share its prompt (and often leading steps):
+    each shared prefix is read once (prmkit.models.shared), the scores as one-pass scoring's."""
+    from prmkit.models.shared import score_shared
+    from prmkit.progress import progress
+
+    out: list[list[float | None]] = []
+    with progress(total=len(test), desc=f"demo: scoring with the {name}", unit="rec") as bar:
+        start = 0
+        while start < len(test):
+            end = min(len(test), start + chunk)
+            while end < len(test) and test[end].group == test[end - 1].group:
+                end += 1                          # a chunk never splits a group
+            part = test[start:end]
+            out += score_shared(model, [r.problem for r in part], [r.steps for r in part],
+                                [r.group for r in part])
+            bar.update(len(part))
+            start = end
     return out
 
 
