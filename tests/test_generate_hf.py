@@ -195,7 +195,8 @@ def test_kept_prompt_caches_give_the_same_samples(temperature):
     (a, cached), (b, plain) = runs[16], runs[0]
     assert [[c.text for c in row] for row in a] == [[c.text for c in row] for row in b]
     assert plain.prompts is None
-    from prmkit.generate.prefixcache import shared
+    def shared(x, y):   # the length of the longest common prefix, written out here
+        return next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
 
     ids = sorted((encode_prompt(tok, p) for p in GROWING), key=len)   # the order decoded
     # per prompt: its first chunk reuses what it shares with a prompt before it, its second

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Sequence
 
+from prmkit.models.incremental import common_prefix_length
+
 
 class PromptCache:
     """The key-value caches of the last ``entries`` prompts, found by their leading ids."""
@@ -41,7 +43,7 @@ class PromptCache:
         covers at least those ``n`` ids (one ``(keys, values)`` pair per layer, batch 1)."""
         best, found, key = 0, None, None
         for kept, kv in self.kept.items():
-            n = shared(kept, ids)
+            n = common_prefix_length(kept, ids)
             if n > best:
                 best, found, key = n, kv, kept
         if key is not None:
@@ -57,12 +59,3 @@ class PromptCache:
         self.kept.move_to_end(tuple(ids))
         while len(self.kept) > self.entries:
             self.kept.popitem(last=False)
-
-
-def shared(a: Sequence[int], b: Sequence[int]) -> int:
-    """The length of the longest common prefix of ``a`` and ``b``."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n

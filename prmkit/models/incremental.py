@@ -225,7 +225,7 @@ class IncrementalPRM:
                 continue
             child = Prefix(parent.problem, steps, parent.scores, 0, parent, list(enc.input_ids))
             read = enc.read_positions[-1]
-            shared = min(_shared(parent.ids, child.ids), read)
+            shared = min(common_prefix_length(parent.ids, child.ids), read)
             if parent.kv is not None and shared == len(parent.ids):
                 members.append(_Member(j, child, child.ids[shared:], read - shared, parent, shared))
             elif not parent.ids and parent.kv is None:   # nothing before the first step
@@ -389,7 +389,7 @@ def head_ids(bound: Any, problem: str) -> list[int]:
     return ids
 
 
-def _shared(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """The length of the longest common prefix of ``a`` and ``b``."""
     n = min(len(a), len(b))
     for i in range(n):

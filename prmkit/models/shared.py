@@ -56,7 +56,8 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.models.incremental import cached_forward, head_ids, reuse_blocker
+from prmkit.models.incremental import (cached_forward, common_prefix_length, head_ids,
+                                        reuse_blocker)
 from prmkit.stepformat import Encoded
 
 
@@ -260,7 +261,7 @@ class SharedPrefixScorer:
                 for i in sub:
                     self._attach(tree, node, i, encs, alone)
                 continue
-            past = _shared(node.ids, ids)
+            past = common_prefix_length(node.ids, ids)
             if past < len(node.ids):   # the node's ids are not a prefix of the child's
                 self.stats.fallbacks += 1
                 self.stats.partial += past > 0
@@ -272,7 +273,7 @@ class SharedPrefixScorer:
                 alone: list[int]) -> None:
         """Solution ``i`` continues ``node``: checked, its reads inside the shared ids asked of
         the node (or the ancestor) that reads them."""
-        n = _shared(node.ids, encs[i].input_ids)
+        n = common_prefix_length(node.ids, encs[i].input_ids)
         if n < len(node.ids):
             self.stats.fallbacks += 1
             self.stats.partial += n > 0
@@ -381,7 +382,7 @@ def group_prefix(bound: Any, problem: str, steps: Sequence[Sequence[str]],
         return head
     n = min(len(x) for x in ids)
     for other in ids[1:]:
-        n = min(n, _shared(ids[0], other))
+        n = min(n, common_prefix_length(ids[0], other))
     return list(ids[0][:n])
 
 
@@ -406,11 +407,3 @@ def _plain(prm: Any, todo: Sequence[int], problems: Sequence[str], steps: Sequen
             stats.plain += real
     return out
 
-
-def _shared(a: Sequence[int], b: Sequence[int]) -> int:
-    """The length of the longest common prefix of ``a`` and ``b``."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
