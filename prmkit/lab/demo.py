@@ -68,8 +68,9 @@ class DemoConfig:
     base: str = field(default="smollm2-135m", metadata={"help": "base model of the PRM and the ORM"})
     last_k: int = field(default=4, metadata={"help": "transformer layers trained (plus head)"})
     lr: float = field(default=3e-4, metadata={"help": "peak learning rate of both trainers"})
-    head_lr: float = field(default=3e-4, metadata={
-        "help": "peak learning rate of both trainers' new heads (the bodies train at --lr)"})
+    head_lr: float = field(default=0.0, metadata={
+        "help": "peak learning rate of both trainers' new heads, the bodies training at --lr "
+                "(0: the heads at --lr too)"})
     head: str = field(default="class", metadata={
         "help": "the PRM's head (prmkit train prm --head): hazard (every token's P(no error), "
                 "multiplied up to each step), class (read at each step's tag) or label-tokens"})
@@ -91,6 +92,9 @@ class DemoConfig:
     def __post_init__(self) -> None:
         if self.head not in ("hazard", "class", "label-tokens"):
             raise PrmkitError(f"--head {self.head!r} is not hazard, class or label-tokens")
+        if self.head_lr < 0:
+            raise PrmkitError(f"--head-lr must be 0 (the heads at --lr) or positive, got "
+                              f"{self.head_lr}")
         if self.select not in summary.PRM_METHODS:
             raise PrmkitError(f"--select {self.select!r} is not one of "
                               f"{', '.join(summary.PRM_METHODS)}")
@@ -118,7 +122,7 @@ def run(config: DemoConfig) -> int:
     say.stage(3, f"trained a PRM ({config.head} head, MC step labels) and an ORM (outcome "
                  f"labels) from {config.base}: last {config.last_k} layers + head, "
                  f"{config.epochs} epoch(s) over {len(world.train)} candidates, lr {config.lr} "
-                 f"(heads {config.head_lr}), batches of {config.batch_tokens} tokens")
+                 f"(heads {config.head_lr or config.lr}), batches of {config.batch_tokens} tokens")
     prm = _Lazy(lambda: _load(prm_dir))     # loaded once, for scoring and for search
     scored = _stage(out, "test_scored.jsonl", lambda: _score(world.test, prm(), orm_dir,
                                                              world.gold))
@@ -273,7 +277,7 @@ def _train(config: DemoConfig, kind: str, data: str, output: str, say: _Printer)
 
     if os.path.isfile(os.path.join(output, "done.json")):
         return
-    loop = LoopConfig(last_k=config.last_k, lr=config.lr, head_lr=config.head_lr,
+    loop = LoopConfig(last_k=config.last_k, lr=config.lr, head_lr=config.head_lr or None,
                       epochs=config.epochs,
                       batch_tokens=config.batch_tokens, seed=config.seed, resume=True)
     if kind == "prm":
