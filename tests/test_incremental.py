@@ -119,28 +119,9 @@ def test_whole_solutions_and_the_factory():
         len(prm.bound.encode(p, s).input_ids) for p, s in zip(PROBLEMS, steps))
 
 
-class ClosingBound:
-    """A step format whose text after the last step depends on which step is last (like a chat
-    layout that closes the assistant turn): a parent's ids are then not a prefix of its
-    child's, and the scorer must read the child from scratch."""
-
-    def __init__(self, bound):
-        self.bound = bound
-
-    def __getattr__(self, name):
-        return getattr(self.bound, name)
-
-    def encode(self, problem, steps, max_length=None):
-        enc = self.bound.encode(problem, steps, max_length)
-        if steps:
-            end = self.bound.tokenizer("<|im_end|>", add_special_tokens=False)["input_ids"]
-            enc.input_ids = enc.input_ids + end
-        return enc
-
-
 def test_falls_back_when_ids_are_not_a_prefix():
     prm = HFPRM(tiny.token_classifier(2), tiny.tokenizer(), PRESETS["prmkit"], F32)
-    prm.bound = ClosingBound(prm.bound)
+    prm.bound = tiny.ClosingBound(prm.bound)
     fast, ref = IncrementalPRM(prm), RescoringScorer(prm)
     got, want = grow(fast), grow(ref)
     for i in range(len(PROBLEMS)):

@@ -133,27 +133,9 @@ def test_the_prefix_holds_the_common_steps_and_their_scores_are_shared():
     assert stats.forwards == 2                    # the prefix, then the three suffixes
 
 
-class ClosingBound:
-    """A format whose ids after the last step depend on which step is last (like a chat layout
-    that closes its turn): the prefix's ids are then not a prefix of its candidates'."""
-
-    def __init__(self, bound):
-        self.bound = bound
-
-    def __getattr__(self, name):
-        return getattr(self.bound, name)
-
-    def encode(self, problem, steps, max_length=None):
-        enc = self.bound.encode(problem, steps, max_length)
-        if steps:
-            end = self.bound.tokenizer("<|im_end|>", add_special_tokens=False)["input_ids"]
-            enc.input_ids = enc.input_ids + end
-        return enc
-
-
 def test_falls_back_where_the_prefix_is_not_a_prefix():
     prm = HFPRM(sharp("classes"), tiny.tokenizer(), PRESETS["prmkit"], F32)
-    prm.bound = ClosingBound(prm.bound)
+    prm.bound = tiny.ClosingBound(prm.bound)
     problems, steps, groups = split()
     stats = ShareStats()
     got = score_shared(prm, problems, steps, groups, stats)

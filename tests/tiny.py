@@ -72,3 +72,22 @@ def token_classifier(num_labels: int = 2, seed: int = 0):
 
     torch.manual_seed(seed)
     return LlamaForTokenClassification(llama_config(num_labels=num_labels)).eval()
+
+
+class ClosingBound:
+    """A bound step format whose ids after the last step depend on which step is last (like a
+    chat layout that closes the assistant turn): a prefix's ids are then not a prefix of its
+    continuations', and a scorer that reuses caches must fall back (search, shared prefixes)."""
+
+    def __init__(self, bound):
+        self.bound = bound
+
+    def __getattr__(self, name):
+        return getattr(self.bound, name)
+
+    def encode(self, problem, steps, max_length=None):
+        enc = self.bound.encode(problem, steps, max_length)
+        if steps:
+            end = self.bound.tokenizer("<|im_end|>", add_special_tokens=False)["input_ids"]
+            enc.input_ids = enc.input_ids + end
+        return enc

@@ -125,9 +125,14 @@ def transformer_layers(model: Any) -> tuple[Any, Any]:
                       f"use --train full or lora")
 
 
+# the attribute names transformers gives a classification head (score: decoder models'
+# *ForTokenClassification; classifier: encoder models')
+HEAD_MODULES = ("score", "classifier")
+
+
 def head_names(model: Any) -> list[str]:
     """Parameter names of a classification head (empty for a causal LM)."""
-    return [n for n, _ in model.named_parameters() if n.split(".")[0] in ("score", "classifier")]
+    return [n for n, _ in model.named_parameters() if n.split(".")[0] in HEAD_MODULES]
 
 
 def param_groups(model: Any, cfg: LoopConfig) -> list[dict[str, Any]]:
@@ -137,7 +142,7 @@ def param_groups(model: Any, cfg: LoopConfig) -> list[dict[str, Any]]:
     for n, p in model.named_parameters():
         if p.requires_grad:
             is_head = cfg.head_lr is not None and any(
-                part in ("score", "classifier") for part in n.split("."))
+                part in HEAD_MODULES for part in n.split("."))
             (head if is_head else body).append(p)
     if not body and not head:
         raise PrmkitError("nothing to train: no parameter requires a gradient")

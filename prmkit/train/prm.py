@@ -35,7 +35,7 @@ from prmkit.records import Record, first_error_from_labels
 from prmkit.stepformat import BoundFormat
 from prmkit.train.common import (HEADS, TrainConfig, auc, load_base, make_saver, pad_id,
                                  read_logits, training_format)
-from prmkit.train.loop import Example, Loop, set_trainable
+from prmkit.train.loop import HEAD_MODULES, Example, Loop, set_trainable
 
 FITNESS = ("auc", "f1")
 __all__ = ["FITNESS", "HEADS", "PRMTrainConfig", "StepObjective", "auc", "first_error_f1",
@@ -160,7 +160,7 @@ def init_hazard_head(model: Any, examples: Sequence[Example]) -> None:
 
     import torch
 
-    head = next((getattr(model, n) for n in ("score", "classifier")
+    head = next((getattr(model, n) for n in HEAD_MODULES
                  if isinstance(getattr(model, n, None), torch.nn.Linear)), None)
     if head is None or head.bias is None or head.out_features != 2:
         raise PrmkitError(f"--head hazard needs a 2-class linear head with a bias; "
