@@ -139,7 +139,8 @@ def serve_side(prm, share, groups, concurrency):
         for th in threads:
             th.join()
         wall = time.perf_counter() - t
-    return wall, answers
+        health = RemotePRM(server.url).health()
+    return wall, answers, health
 
 
 def serve(args):
@@ -158,15 +159,22 @@ def serve(args):
     print(f"serve: {len(groups)} requests of 8 lab candidates ({n} solutions), concurrency "
           f"{args.concurrency}; {load()}", flush=True)
     best: dict = {}
+    walls: dict = {}
     for r in range(args.repeats):
         for share in (False, True):
-            wall, answers = serve_side(prm, share, groups, args.concurrency)
-            print(f"  run {r + 1} sharing {'on' if share else 'off'}: {n / wall:.1f} solutions/s", flush=True)
+            wall, answers, health = serve_side(prm, share, groups, args.concurrency)
+            pieces, shared = health["batching"], health["prefix_sharing"]
+            tokens = f", computed {shared['computed']} of {shared['plain']} tokens" if shared else ""
+            print(f"  run {r + 1} sharing {'on' if share else 'off'}: {n / wall:.1f} solutions/s "
+                  f"({wall:.1f} s; {pieces['groups']} pieces, {pieces['solutions'] / pieces['groups']:.1f} "
+                  f"solutions each{tokens}); {load()}", flush=True)
+            walls.setdefault(share, []).append(wall)
             if share not in best or wall < best[share][0]:
                 best[share] = (wall, answers)
     diff = max(abs(a - b) for x, y in zip(best[False][1], best[True][1]) for u, v in zip(x, y)
                for a, b in zip(u, v) if a is not None)
-    print(f"largest answer difference {diff:.2g} ({args.dtype}); {load()}")
+    pairs = ", ".join(f"{off / on:.2f}x" for off, on in zip(walls[False], walls[True]))
+    print(f"largest answer difference {diff:.2g} ({args.dtype}); each run's pair {pairs}; {load()}")
     print(f"RESULT serve: sharing on/off throughput {best[False][0] / best[True][0]:.2f}x "
           f"({n / best[True][0]:.1f} vs {n / best[False][0]:.1f} solutions/s, goal >= 2x)")
 

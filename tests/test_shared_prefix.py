@@ -180,13 +180,14 @@ def test_a_prm_that_cannot_share_is_scored_plainly():
     assert stats.alone == len(BATCH) and stats.groups == 0
 
 
-def test_small_budgets_split_the_passes_and_keep_the_scores():
+@pytest.mark.parametrize("packed", [True, False], ids=["tree-pass", "by-depth"])
+def test_small_budgets_split_the_passes_and_keep_the_scores(packed):
     prm = HFPRM(sharp("lm"), tiny.tokenizer(), PRESETS["math-shepherd"],
                 HFConfig(dtype="float32", token_budget=40))
     problems, steps, groups = split()
     stats = ShareStats()
     scorer = SharedPrefixScorer(prm, stats)
-    scorer.budget = 60
+    scorer.budget, scorer.packed, scorer.row_tokens = 60, packed, 1
     got = scorer.score(problems, steps, groups)
     for a, b in zip(got, prm.score(problems, steps)):
         assert a == pytest.approx(b, abs=1e-4)

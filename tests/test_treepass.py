@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from prmkit.errors import PrmkitError
-from prmkit.models.treepass import Segment, pack_blocker, split_rows, visible
+from prmkit.models.treepass import Segment, joined, pack_blocker, share_rows, split_rows, visible
 
 # a root (positions 0-3), a node below it that shares only 3 of its ids (a fallback: 3-5),
 # leaves: one on the root (4-5), two on the node (6-7, 6), one on the node sharing 4 ids (4-6)
@@ -46,6 +46,16 @@ def test_rows_take_leaves_with_all_their_ancestors():
             assert s.ids is TREE[taken[k]].ids
     # a row is at least one whole path, whatever the cap
     assert [t for t, _ in split_rows(TREE, 1)] == [[0, 2], [0, 1, 3], [0, 1, 4], [0, 1, 5]]
+
+
+def test_rows_of_several_trees_share_a_row_and_keep_their_paths_apart():
+    rows = [row for _, row in split_rows(TREE, 1)]            # sizes 6, 9, 8, 10
+    assert share_rows(rows, 16) == [[3, 0], [1], [2]]          # longest first, first fit
+    assert share_rows(rows, 1) == [[3], [1], [2], [0]]         # a row alone may pass the cap
+    one = joined([rows[3], rows[0]])
+    assert [s.parent for s in one] == [None, 0, 1, None, 3]
+    assert visible(one, 4) == [(3, 0, 4)]                      # the second tree sees only itself
+    assert visible(one, 2) == [(1, 0, 1), (0, 0, 3)]
 
 
 def test_models_whose_attention_takes_no_mask_are_read_a_depth_at_a_time():

@@ -61,7 +61,8 @@ from typing import Any, Hashable, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.models.incremental import (cached_forward, common_prefix_length, head_ids,
                                         reuse_blocker)
-from prmkit.models.treepass import ROW_TOKENS, Segment, pack_blocker, split_rows, tree_forward
+from prmkit.models.treepass import (ROW_TOKENS, Segment, joined, pack_blocker, share_rows,
+                                     split_rows, tree_forward)
 from prmkit.stepformat import Encoded
 
 
@@ -309,7 +310,10 @@ class SharedPrefixScorer:
                              [p for p in encs[x.i].read_positions if p >= x.past]) for x in t.leaves]
             cap = max(self.row_tokens, max(len(encs[x.i].input_ids) for x in t.leaves))
             rows += [([owners[k] for k in taken], row) for taken, row in split_rows(segs, cap)]
-        for batch in self._batches(rows, lambda r: 0, lambda r: sum(len(s.ids) for s in r[1])):
+        rows = [([o for k in b for o in rows[k][0]], joined([rows[k][1] for k in b]))
+                for b in share_rows([r for _, r in rows], self.row_tokens)]
+        size = {id(r): sum(len(s.ids) for s in r[1]) for r in rows}
+        for batch in self._batches(rows, lambda r: 0, lambda r: size[id(r)]):
             res = tree_forward(self.prm, [row for _, row in batch])
             self._count(res.real, res.computed)
             for (owned, row), probs in zip(batch, res.probs):

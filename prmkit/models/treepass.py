@@ -26,7 +26,9 @@ Rows. Attention over a row costs its length squared (the masked part is computed
 CPU kernel keeps memory linear in the length), so a row holds at most ``ROW_TOKENS`` tokens, or
 one solution's path where that is longer: a larger tree is split into rows (:func:`split_rows`),
 each with a share of its candidates and all their ancestors (repeated in each row that needs
-them, and counted as computed).
+them, and counted as computed). Measured (SmolLM2-135M, bfloat16, CPU time against one-pass
+scoring, 2026-12-01): rows of at most 512 tokens gave 2.91x on 40 lab groups of 8 and 1.39x on
+40 GSM8K groups of 4, rows of 1024 2.55x and 1.29x, the depth-wise passes 2.22x and 1.17x.
 
 What it needs (:func:`pack_blocker`): a model whose attention takes an additive 4D mask as given
 and position ids (transformers' ``sdpa`` and ``eager`` attention; flash-attention kernels take
@@ -42,7 +44,7 @@ from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
 
-ROW_TOKENS = 1024       # the longest row, unless one solution is longer
+ROW_TOKENS = 512        # the longest row, unless one solution is longer
 MASKED_ATTENTION = ("sdpa", "eager")
 
 
@@ -106,6 +108,36 @@ def split_rows(segments: Sequence[Segment], cap: int) -> list[tuple[list[int], l
         out.append((taken, [Segment(segments[j].ids, segments[j].start,
                                     None if segments[j].parent is None else at[segments[j].parent],
                                     segments[j].reads) for j in taken]))
+    return out
+
+
+def share_rows(rows: Sequence[Sequence[Segment]], cap: int) -> list[list[int]]:
+    """Rows laid end to end in shared rows of at most ``cap`` tokens (or one row, when longer),
+    first fit, longest first: the indices of the rows each shared row holds. Their segments
+    begin their own paths, so the mask keeps the trees apart, and a pass pads less (32 lab
+    groups of 8, 2 to 8 groups a pass: padding 34% to 51% of the real tokens in rows of one
+    tree each, 17% to 22% in shared rows of 512)."""
+    size = [sum(len(s.ids) for s in row) for row in rows]
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(rows)), key=lambda i: -size[i]):
+        k = next((k for k, r in enumerate(room) if size[i] <= r), None)
+        if k is None:
+            bins.append([])
+            room.append(max(cap, size[i]))
+            k = len(bins) - 1
+        bins[k].append(i)
+        room[k] -= size[i]
+    return bins
+
+
+def joined(rows: Sequence[Sequence[Segment]]) -> list[Segment]:
+    """The segments of ``rows`` as one row, their parents renumbered."""
+    out: list[Segment] = []
+    for row in rows:
+        base = len(out)
+        out += [Segment(s.ids, s.start, None if s.parent is None else base + s.parent, s.reads)
+                for s in row]
     return out
 
 
