@@ -207,6 +207,7 @@ def test_a_tree_longer_than_a_row_is_split_into_rows_with_their_ancestors():
         assert a == pytest.approx(b, abs=1e-4)
     assert whole.computed < rows.computed < rows.plain
     assert rows.candidates == whole.candidates == 14
+    assert scorer.plan(problems, steps, groups).computed == rows.computed   # rows counted too
 
 
 @pytest.mark.parametrize("preset,name", [

@@ -13,19 +13,18 @@ server, the solutions of one micro-batch with the same problem) are read as a tr
    before the first step, RLHFlow's turns, takes the ids all the candidates begin with);
 2. **a node for every run of steps that some of them share**: below a prefix, the candidates
    are split by their next step; two or more with the same next step get a child prefix,
-   ``encode(problem, run)`` for the longest run of steps they all begin with, read once on its
-   parent's cache (lab candidates: right solutions are mostly word for word the same, so most
+   ``encode(problem, run)`` for the longest run of steps they all begin with, read once after
+   its parent (lab candidates: right solutions are mostly word for word the same, so most
    share long runs with some others, not with all);
-3. **each candidate's suffix on its node's cache**: the candidate's own ids after its deepest
-   node, fed with the node's cache as ``past_key_values`` (:func:`prmkit.models.incremental.cached_forward`,
-   the machinery search uses), reading the rest of its steps.
+3. **each candidate's suffix**: its own ids after its deepest node, read after that node.
 
 A node reads the scores of its own steps (the same for every candidate below it). **How the
 tree is read**: where the model's attention takes a custom mask (transformers' ``sdpa`` and
-``eager``), each tree is one row of a single pass under a tree-attention mask, many groups in
-one pass (:mod:`prmkit.models.treepass`: a pass costs the reading of every weight, so one pass
-instead of one per depth is most of the gain on a CPU); otherwise a depth at a time, each node
-on its parent's cache, then the suffixes on their nodes' caches, many groups per pass.
+``eager``), each tree is a row of one pass under a tree-attention mask, many groups a pass
+(:mod:`prmkit.models.treepass`; on a CPU every pass costs the reading of all the weights, so
+one pass instead of one per depth is much of the gain); otherwise a depth at a time, each node
+on its parent's key-value cache, then the suffixes on their nodes' caches
+(:func:`prmkit.models.incremental.cached_forward`, the machinery search uses).
 
 Why it is exact. A causal model's output at a position depends only on the ids up to it, and
 every candidate is read on *its own* ids (``encode(problem, steps)``, as one-pass scoring
@@ -34,8 +33,8 @@ reads it): the prefix's cache is used only for the leading ids the two share. Un
 under ``whole`` (Math-Shepherd, Qwen, RLHFlow: :mod:`prmkit.wholetext`) a tokenizer may merge
 across the boundary, so each candidate is checked. A candidate whose ids do not begin with the
 prefix's (or a node whose ids do not begin with its parent's) is a **fallback**, counted: it
-reuses the cache of the ids both share (``partial``) or, sharing none, is read whole. Reads that fall inside the shared ids are taken from the prefix's
-pass at the same positions. Scores equal one-pass scoring to ~1e-6 in float32 (the order of the
+reuses the ids both share (``partial``) or, sharing none, is read whole. Reads inside the
+shared ids are taken from the prefix's part at the same positions. Scores equal one-pass scoring to ~1e-6 in float32 (the order of the
 sums in attention differs); in bfloat16 they move by the batch make-up, as one-pass scores do.
 
 What cannot share falls back to plain one-pass scoring: a PRM that is not an HF model or cannot
@@ -43,8 +42,8 @@ reuse a cache (:func:`prmkit.models.incremental.reuse_blocker`: bidirectional mo
 windows, the implicit PRM), records without a group, and groups of one.
 
 Accounting (:class:`ShareStats`): ``plain`` is what one-pass scoring feeds (every candidate's
-ids), ``computed`` what this feeds (each node once, each suffix, the candidates read whole);
-``saved = plain - computed``. Both count real tokens, padding excluded; ``padded`` counts the
+ids), ``computed`` what this feeds (each node once, or once per tree row that needs it, each
+suffix, the candidates read whole); ``saved = plain - computed``. Both count real tokens, padding excluded; ``padded`` counts the
 padded size of every pass.
 
 Memory. Groups are taken a token budget of their prefixes at a time (:meth:`HFPRM.batches`)
@@ -106,13 +105,8 @@ def can_share(prm: Any) -> bool:
 def has_groups(records: Sequence[Any]) -> bool:
     """True when two of ``records`` (with ``problem`` and ``group``) have the same group and
     problem, so that sharing has something to share."""
-    seen = set()
-    for r in records:
-        if r.group is not None:
-            if (r.group, r.problem) in seen:
-                return True
-            seen.add((r.group, r.problem))
-    return False
+    keys = [(r.group, r.problem) for r in records if r.group is not None]
+    return len(set(keys)) < len(keys)
 
 
 def score_shared(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str]],
@@ -220,9 +214,10 @@ class SharedPrefixScorer:
         plan.plain = sum(len(e.input_ids) for e in encs)
         plan.alone, plan.groups = len(alone), len(trees)
         plan.candidates = sum(len(t.leaves) for t in trees)
-        plan.computed = sum(len(encs[i].input_ids) for i in alone) + sum(
-            len(n.ids) - n.past for t in trees for n in t.nodes) + sum(
-            len(encs[x.i].input_ids) - x.past for t in trees for x in t.leaves)
+        plan.computed = sum(len(encs[i].input_ids) for i in alone) + (sum(
+            len(s.ids) for t in trees for _, row in self._rows(t, encs) for s in row) if self.packed
+            else sum(len(n.ids) - n.past for t in trees for n in t.nodes) + sum(
+                len(encs[x.i].input_ids) - x.past for t in trees for x in t.leaves))
         return plan
 
     # -- the trees: a group's prefix, and below it the steps some of its solutions share --------
@@ -300,16 +295,7 @@ class SharedPrefixScorer:
                     out: list[list[float | None] | None]) -> None:
         """Every tree in one row (or a few, :func:`prmkit.models.treepass.split_rows`) of a
         tree-attention pass: the nodes' own ids, then each solution's ids after its node's."""
-        rows: list[tuple[list[Any], list[Segment]]] = []
-        for t in trees:
-            owners: list[Any] = list(t.nodes) + list(t.leaves)
-            at = {id(n): k for k, n in enumerate(t.nodes)}
-            segs = [Segment(n.ids[n.past:], n.past, at[id(n.parent)] if n.parent else None,
-                            sorted(n.reads)) for n in t.nodes]
-            segs += [Segment(encs[x.i].input_ids[x.past:], x.past, at[id(x.node)],
-                             [p for p in encs[x.i].read_positions if p >= x.past]) for x in t.leaves]
-            cap = max(self.row_tokens, max(len(encs[x.i].input_ids) for x in t.leaves))
-            rows += [([owners[k] for k in taken], row) for taken, row in split_rows(segs, cap)]
+        rows = [row for t in trees for row in self._rows(t, encs)]
         rows = [([o for k in b for o in rows[k][0]], joined([rows[k][1] for k in b]))
                 for b in share_rows([r for _, r in rows], self.row_tokens)]
         size = {id(r): sum(len(s.ids) for s in r[1]) for r in rows}
@@ -322,6 +308,17 @@ class SharedPrefixScorer:
                         owner.probs = dict(zip(seg.reads, p))
                     else:
                         self._finish(owner, encs[owner.i], p, out)
+
+    def _rows(self, t: _Tree, encs: Sequence[Encoded]) -> list[tuple[list[Any], list[Segment]]]:
+        """A tree's rows: the nodes and leaves each holds, and their segments."""
+        owners: list[Any] = list(t.nodes) + list(t.leaves)
+        at = {id(n): k for k, n in enumerate(t.nodes)}
+        segs = [Segment(n.ids[n.past:], n.past, at[id(n.parent)] if n.parent else None,
+                        sorted(n.reads)) for n in t.nodes]
+        segs += [Segment(encs[x.i].input_ids[x.past:], x.past, at[id(x.node)],
+                         [p for p in encs[x.i].read_positions if p >= x.past]) for x in t.leaves]
+        cap = max(self.row_tokens, max(len(encs[x.i].input_ids) for x in t.leaves))
+        return [([owners[k] for k in taken], row) for taken, row in split_rows(segs, cap)]
 
     def _finish(self, leaf: _Leaf, enc: Encoded, after: list[float],
                 out: list[list[float | None] | None]) -> None:
