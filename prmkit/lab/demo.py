@@ -38,6 +38,7 @@ from typing import Any, Callable, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.lab import summary
 from prmkit.records import Record, read_records, write_records
+from prmkit.train.common import HEADS
 
 # Stored with the settings: a folder written by another version of the stages starts again
 # rather than reusing files the current code would not make. 2: trainers' mixed batches, search
@@ -72,8 +73,9 @@ class DemoConfig:
         "help": "peak learning rate of both trainers' new heads, the bodies training at --lr "
                 "(0: the heads at --lr too)"})
     head: str = field(default="class", metadata={
-        "help": "the PRM's head (prmkit train prm --head): hazard (every token's P(no error), "
-                "multiplied up to each step), class (read at each step's tag) or label-tokens"})
+        "help": "the PRM's head (prmkit train prm --head): class (read at each step's tag), "
+                "hazard (every token's P(no error), multiplied up to each step), surprisal "
+                "(hazard that also reads the LM's surprise at each token) or label-tokens"})
     epochs: int = field(default=1, metadata={"help": "passes over the training candidates"})
     batch_tokens: int = field(default=512, metadata={"help": "token budget of a training batch"})
     search_problems: int = field(default=40, metadata={
@@ -90,8 +92,8 @@ class DemoConfig:
                 "95%% interval of their difference lies above minus this"})
 
     def __post_init__(self) -> None:
-        if self.head not in ("hazard", "class", "label-tokens"):
-            raise PrmkitError(f"--head {self.head!r} is not hazard, class or label-tokens")
+        if self.head not in HEADS:
+            raise PrmkitError(f"--head {self.head!r} is not one of {', '.join(HEADS)}")
         if self.head_lr < 0:
             raise PrmkitError(f"--head-lr must be 0 (the heads at --lr) or positive, got "
                               f"{self.head_lr}")

@@ -119,8 +119,16 @@ class CachedSteps:
                               self.autocast)
         rows, cols = read_index(exs, device)
         with self.frozen.top():
-            logits = self.objective.reader.logits(self.frozen.embeds(exs, device), None, rows, cols)
+            logits = self.objective.reader.logits(self.frozen.embeds(exs, device), None, rows, cols,
+                                                  tokens=self.tokens(exs, device))
         return self.objective.loss(logits, exs, device)
+
+    def tokens(self, exs: list[Example], device: Any) -> Any:
+        """The token ids of ``exs``, right-padded as their stored hidden states are (a
+        surprisal head reads them)."""
+        from prmkit.models.reading import pad_right
+
+        return pad_right([e.input_ids for e in exs], self.objective.pad)[0].to(device)
 
     def check(self, exs: list[Example], device: Any) -> None:
         """The cached forward against the uncached one, on this batch, in float32."""
@@ -136,7 +144,8 @@ class CachedSteps:
             hidden = self.frozen.bottom_hidden(exs, self.objective.pad, device)
             self.frozen.hidden.update({id(e): h for e, h in zip(exs, hidden)})
             with self.frozen.top():
-                cached = reader.logits(self.frozen.embeds(exs, device), None, rows, cols).float()
+                cached = reader.logits(self.frozen.embeds(exs, device), None, rows, cols,
+                                       tokens=self.tokens(exs, device)).float()
         model.train(was)
         gap = float((full - cached).abs().max())
         if not gap <= TOLERANCE:
