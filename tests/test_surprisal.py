@@ -142,6 +142,36 @@ def test_an_untied_base_and_a_format_without_hazard_are_refused():
     assert "hazard" in reuse_blocker(wrap_model(model, tiny.tokenizer(), fmt, HFConfig()))
 
 
+def tied_base(tmp_path):
+    _, lm = tied_pair(4)
+    base = tmp_path / "base"
+    lm.save_pretrained(base, safe_serialization=True)
+    tiny.tokenizer().save_pretrained(base)
+    return str(base)
+
+
+def test_the_head_alone_with_stored_features_trains_as_uncached(tmp_path):
+    """--last-k 0 --cache-frozen: the LM features are computed once from the stored final
+    states; the weights equal those of the uncached run, which computes them every step."""
+    from prmkit.models.hf import load_hf_prm
+    from prmkit.records import write_records
+    from prmkit.train.loop import LoopConfig
+    from prmkit.train.prm import PRMTrainConfig, train_prm
+
+    base = tied_base(tmp_path)
+    write_records(str(tmp_path / "train.jsonl"), records(12))
+    weights = []
+    for cache in (False, True):
+        out = tmp_path / f"run-{cache}"
+        loop = LoopConfig(lr=3e-3, batch_tokens=256, last_k=0, warmup=0.0, epochs=3)
+        train_prm(PRMTrainConfig(base=base, data=str(tmp_path / "train.jsonl"), output=str(out),
+                                 max_length=256, head="surprisal", cache_frozen=cache, loop=loop))
+        weights.append(load_hf_prm(str(out / "last"), config=HFConfig(dtype="float32"))
+                       .model.score.weight.detach().clone())
+    assert float((weights[0] - weights[1]).abs().max()) <= 1e-5
+    assert float(weights[0][2:].abs().max()) > 1e-3     # the gates trained
+
+
 @pytest.mark.parametrize("cache_frozen", [False, True])
 def test_train_prm_with_the_surprisal_head(tmp_path, cache_frozen):
     """Training runs (the cached forward checks itself against the uncached one on its first
@@ -152,10 +182,7 @@ def test_train_prm_with_the_surprisal_head(tmp_path, cache_frozen):
     from prmkit.train.loop import LoopConfig
     from prmkit.train.prm import PRMTrainConfig, train_prm
 
-    _, lm = tied_pair(4)
-    base = tmp_path / "base"
-    lm.save_pretrained(base, safe_serialization=True)
-    tiny.tokenizer().save_pretrained(base)
+    base = tied_base(tmp_path)
     train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
     write_records(str(train), records(12))
     write_records(str(dev), records(6))
@@ -170,3 +197,39 @@ def test_train_prm_with_the_surprisal_head(tmp_path, cache_frozen):
     scores = prm.score([r.problem for r in records(3)], [r.steps for r in records(3)])
     assert all(all(b <= a + 1e-7 for a, b in zip(s, s[1:])) for s in scores)
     assert dataclasses.asdict(prm.format)["surprisal"] is True
+
+
+@pytest.mark.parametrize("head", ["hazard", "surprisal"])
+@pytest.mark.parametrize("closing", [False, True])
+def test_shared_prefix_scoring_carries_the_hazard_sum(head, closing):
+    """Prefix sharing reads a hazard head too: each node carries its log S and (surprisal) its
+    last final hidden state to the rows that continue it, also where a row reuses only part
+    of a node's ids (``closing``: a format whose prefix ids are not a prefix, so rows cut the
+    cache inside a node or its ancestors). Equal to plain one-pass scoring within 1e-4."""
+    from test_hazard import hazard_model
+    from test_shared_prefix import split
+
+    from prmkit.models.shared import ShareStats, SharedPrefixScorer, score_shared
+
+    model = tied_pair(5)[0] if head == "surprisal" else hazard_model(5)
+    prm = wrap_model(model, tiny.tokenizer(), training_format("prmkit", head),
+                     HFConfig(dtype="float32"))
+    if closing:
+        prm.bound = tiny.ClosingBound(prm.bound)
+    problems, steps, groups = split()
+    want = prm.score(problems, steps)
+    for budget in (None, 60):   # one pass per depth, and passes split by a small budget
+        stats = ShareStats()
+        scorer = SharedPrefixScorer(prm, stats)
+        scorer.budget = budget or scorer.budget
+        got = scorer.score(problems, steps, groups)
+        for a, b in zip(got, want):
+            assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
+        assert stats.computed < stats.plain and stats.groups == 4
+        assert (stats.partial > 0) == closing
+    flat = [x for row in want for x in row]
+    assert max(flat) - min(flat) > 0.1
+    stats = ShareStats()   # the default path (score, eval bestofn, the demo) shares too
+    for a, b in zip(score_shared(prm, problems, steps, groups, stats), want):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
+    assert stats.groups == 4

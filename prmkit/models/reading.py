@@ -153,7 +153,8 @@ class Reader:
                 self.backbone, self.lm_head = backbone, lm_head
 
     def logits(self, ids: Any, attn: Any, rows: Any, cols: Any, via: Any = None,
-               cache: Any = None, positions: Any = None, tokens: Any = None) -> Any:
+               cache: Any = None, positions: Any = None, tokens: Any = None,
+               features: Any = None) -> Any:
         """Logits at (rows, cols). ``via`` runs the forward through a wrapper of the model
         (DDP must see the forward call); it then takes the full forward path. ``cache`` is a
         transformers key-value cache of the tokens before ``ids`` (extended in place;
@@ -161,7 +162,7 @@ class Reader:
         ``positions`` (position ids) when the rows' caches are left-padded. ``ids`` may also be
         hidden states (a float tensor, batch x length x hidden) that enter the model as
         ``inputs_embeds`` (:mod:`prmkit.train.frozen`); a surprisal head then needs their
-        token ids, ``tokens``."""
+        token ids, ``tokens``, and may be given its stored LM ``features``."""
         model = via if via is not None else self.model
         given = {"inputs_embeds" if ids.is_floating_point() else "input_ids": ids}
         if self.format.reading == "label-tokens":
@@ -181,11 +182,44 @@ class Reader:
         if self.surprisal is not None:
             if tokens is None and ids.is_floating_point():
                 raise PrmkitError("a surprisal head read from hidden states needs their token ids")
-            keep = self.surprisal.keep(model, kwargs, ids if tokens is None else tokens, p)
+            keep = self.surprisal.keep(model, kwargs, ids if tokens is None else tokens, p,
+                                       features)
         else:
             out = head_logits(model(**kwargs)).float()
             keep = out[..., p] - out[..., 1 - p]
         return self.survival(keep, attn, rows, cols)
+
+    def hazard_continued(self, ids: Any, attn: Any, cache: Any, positions: Any, before: Any,
+                         previous: Sequence[Any]) -> tuple[Any, Any]:
+        """A hazard head read on ``ids`` that continue cached tokens (prefix sharing,
+        :mod:`prmkit.models.shared`): every new token's log S (the sum of log P(no error) over
+        the row's tokens up to it), given ``before[b]``, the sum over row b's cached tokens.
+        A surprisal head reads the first new token against ``previous[b]``, the final hidden
+        state of the last cached token (None: no cached token, so the first token's features
+        are 0, as at a sequence's start). Returns (log S: rows x new, the new tokens' final
+        hidden states, or None for a plain hazard head); ``attn`` covers cache and new ids."""
+        import torch
+        import torch.nn.functional as F
+
+        p = self.format.positive_class
+        kwargs = dict(input_ids=ids, attention_mask=attn, **cache_kwargs(self.model, cache, positions))
+        hidden = None
+        if self.surprisal is None:
+            out = head_logits(self.model(**kwargs)).float()
+            keep = out[..., p] - out[..., 1 - p]
+        else:
+            head, hidden = self.surprisal.forward(self.model, kwargs)
+            first = torch.stack([h if h is not None else torch.zeros_like(hidden[b, 0])
+                                 for b, h in enumerate(previous)])
+            feats = self.surprisal.features(torch.cat([first[:, None], hidden], dim=1),
+                                            torch.cat([ids[:, :1], ids], dim=1))[:, 1:]
+            feats[[b for b, h in enumerate(previous) if h is None], 0] = 0.0
+            from prmkit.models.surprisal import keep_logits
+
+            keep = keep_logits(head, feats, p)
+        new = attn[:, attn.shape[1] - ids.shape[1]:] if attn is not None else torch.ones_like(ids)
+        log_keep = F.logsigmoid(keep.float()) * new.to(torch.float32)
+        return torch.cumsum(log_keep, dim=1) + before.to(log_keep)[:, None], hidden
 
     def survival(self, keep_logits: Any, attn: Any, rows: Any, cols: Any) -> Any:
         """A hazard head's step logits from every token's keep logit (for a plain hazard head

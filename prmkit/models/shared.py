@@ -35,6 +35,12 @@ reuses the cache of the ids both share (``partial``) or, sharing none, is read w
 pass at the same positions. Scores equal one-pass scoring to ~1e-6 in float32 (the order of the
 sums in attention differs); in bfloat16 they move by the batch make-up, as one-pass scores do.
 
+A hazard head (``train prm --head hazard`` or ``surprisal``) sums over every token, so a node
+also keeps the log S at each of its positions, and a surprisal head the final hidden state
+there: a row that continues a node's ids after ``past`` of them starts from the log S at
+``past - 1`` and reads its first token's LM features against that hidden state
+(:meth:`prmkit.models.reading.Reader.hazard_continued`).
+
 What cannot share falls back to plain one-pass scoring: a PRM that is not an HF model or cannot
 reuse a cache (:func:`prmkit.models.incremental.reuse_blocker`: bidirectional models, sliding
 windows, the implicit PRM), records without a group, and groups of one.
@@ -95,7 +101,7 @@ def can_share(prm: Any) -> bool:
     """True when ``prm`` is an HF PRM that can reuse a key-value cache."""
     from prmkit.models.hf import HFPRM
 
-    return isinstance(prm, HFPRM) and reuse_blocker(prm) is None
+    return isinstance(prm, HFPRM) and reuse_blocker(prm, carries_hazard=True) is None
 
 
 def has_groups(records: Sequence[Any]) -> bool:
@@ -146,6 +152,8 @@ class _Node:
     reads: set[int] = field(default_factory=set)
     kv: list[tuple[Any, Any]] | None = None
     probs: dict[int, float] = field(default_factory=dict)
+    log_s: Any = None     # a hazard head: log S at each position of its own part
+    hidden: Any = None    # a surprisal head: the final hidden state there
 
 
 @dataclass(eq=False)
@@ -168,9 +176,10 @@ class SharedPrefixScorer:
     """Scores groups of solutions on their shared prefixes (see the module docstring)."""
 
     def __init__(self, prm: Any, stats: ShareStats | None = None):
-        why = reuse_blocker(prm)
+        why = reuse_blocker(prm, carries_hazard=True)
         if why is not None:
             raise PrmkitError(f"this PRM cannot share a prefix's key-value cache: {why}")
+        self.hazard = bool(prm.format.hazard)
         self.prm = prm
         self.stats = stats if stats is not None else ShareStats()
         self.budget = max(1024, prm.config.token_budget // 4)
@@ -192,8 +201,8 @@ class SharedPrefixScorer:
             leaves = sorted((leaf for t in part for leaf in t.leaves), key=lambda x: -x.past)
             self._read_leaves(leaves, encs, out)
             stats.groups += len(part)
-            for n in nodes:
-                n.kv = None   # this batch's caches go before the next batch is read
+            for n in nodes:   # this batch's caches go before the next batch is read
+                n.kv = n.log_s = n.hidden = None
         return [row if row is not None else [] for row in out]
 
     def plan(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
@@ -306,7 +315,8 @@ class SharedPrefixScorer:
             reads = [sorted(n.reads) for n in batch]
             res = cached_forward(self.prm, [n.ids[n.past:] for n in batch],
                                  [[p - n.past for p in r] for n, r in zip(batch, reads)],
-                                 [_cut(n.parent.kv, n.past) if n.parent else [] for n in batch])
+                                 [_cut(n.parent.kv, n.past) if n.parent else [] for n in batch],
+                                 self._carry([(n.parent, n.past) for n in batch]))
             self._count(res.real, res.computed)
             width = max(n.past for n in batch)
             for b, (n, r) in enumerate(zip(batch, reads)):
@@ -314,6 +324,26 @@ class SharedPrefixScorer:
                 n.kv = [(layer.keys[b:b + 1, :, a:z].clone(), layer.values[b:b + 1, :, a:z].clone())
                         for layer in res.cache.layers]
                 n.probs = dict(zip(r, res.probs[b]))
+                if res.log_s is not None:
+                    n.log_s = res.log_s[b, :len(n.ids) - n.past].clone()
+                if res.hidden is not None:
+                    n.hidden = res.hidden[b, :len(n.ids) - n.past].clone()
+
+    def _carry(self, where: list[tuple[_Node | None, int]]) -> list[tuple[float, Any]] | None:
+        """A hazard head's carry for rows that continue ``node``'s chain after ``past`` ids:
+        log S and the final hidden state at position past - 1 (:func:`cached_forward`)."""
+        if not self.hazard:
+            return None
+        out: list[tuple[float, Any]] = []
+        for node, past in where:
+            if node is None or past == 0:
+                out.append((0.0, None))
+                continue
+            holder = _covering(node, past - 1)
+            j = past - 1 - holder.past
+            out.append((float(holder.log_s[j]),
+                        holder.hidden[j] if holder.hidden is not None else None))
+        return out
 
     def _read_leaves(self, leaves: list[_Leaf], encs: Sequence[Encoded],
                      out: list[list[float | None] | None]) -> None:
@@ -325,7 +355,8 @@ class SharedPrefixScorer:
             if todo:
                 res = cached_forward(self.prm, [encs[x.i].input_ids[x.past:] for x in todo],
                                      [[p - x.past for p in encs[x.i].read_positions if p >= x.past]
-                                      for x in todo], [_cut(x.node.kv, x.past) for x in todo])
+                                      for x in todo], [_cut(x.node.kv, x.past) for x in todo],
+                                     self._carry([(x.node, x.past) for x in todo]))
                 self._count(res.real, res.computed)
                 after = {x.i: row for x, row in zip(todo, res.probs)}
             for x in batch:

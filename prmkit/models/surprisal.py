@@ -119,8 +119,21 @@ class Surprisal:
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.softcap = getattr(config, "final_logit_softcapping", None)
 
-    def keep(self, model: Any, kwargs: dict[str, Any], tokens: Any, positive_class: int) -> Any:
-        """Keep logits (batch x length) of the forward ``model(**kwargs)`` over ``tokens``."""
+    def features(self, hidden: Any, tokens: Any) -> Any:
+        """:func:`lm_features` of final hidden states under this model's LM head."""
+        return lm_features(hidden, tokens, self.model.get_input_embeddings().weight, self.softcap)
+
+    def keep(self, model: Any, kwargs: dict[str, Any], tokens: Any, positive_class: int,
+             features: Any = None) -> Any:
+        """Keep logits (batch x length) of the forward ``model(**kwargs)`` over ``tokens``;
+        ``features``, when given, are this forward's :meth:`features`, stored (a frozen body
+        gives the same ones at every epoch: :mod:`prmkit.train.frozen`)."""
+        head, hidden = self.forward(model, kwargs)
+        feats = self.features(hidden, tokens) if features is None else features
+        return keep_logits(head, feats, positive_class)
+
+    def forward(self, model: Any, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        """(the head's outputs, the backbone's final hidden states) of ``model(**kwargs)``."""
         caught: list[Any] = []
         hook = self.backbone.register_forward_hook(
             lambda _m, _i, out: caught.append(out.last_hidden_state if hasattr(out, "last_hidden_state")
@@ -133,6 +146,4 @@ class Surprisal:
         if head.shape[-1] != OUTPUTS:
             raise PrmkitError(f"a surprisal head has {OUTPUTS} outputs, the model gives "
                               f"{head.shape[-1]}")
-        embeddings = self.model.get_input_embeddings().weight
-        feats = lm_features(caught[-1], tokens, embeddings, self.softcap)
-        return keep_logits(head, feats, positive_class)
+        return head, caught[-1]

@@ -144,7 +144,8 @@ def _card_lines(cfg: Any, fmt: StepFormat, kind: str, metrics: dict[str, Any], n
     return [
         f"A {'process' if kind == 'prm' else 'outcome'} reward model trained with prmkit.", "",
         f"- base model: `{cfg.base}`; trained: `{cfg.loop.train}`"
-        + (f" (last {cfg.loop.last_k} layers + head)" if cfg.loop.train == "last-k" else ""),
+        + ((f" (last {cfg.loop.last_k} layers + head)" if cfg.loop.last_k else " (the head alone)")
+           if cfg.loop.train == "last-k" else ""),
         f"- step format: `{fmt.name}`, reading `{fmt.reading}`",
         f"- training data: `{cfg.data}` ({n_train} sequences); dev data: "
         f"`{cfg.eval_data}` ({n_dev} records)",

@@ -158,7 +158,10 @@ def init_hazard_head(model: Any, examples: Sequence[Example], surprisal: bool = 
     """Start a hazard head (``--head hazard``) where a step's score is about 1/2 at the mean
     read position L: every token's P(no error) starts at 2 ** (-1 / L) (the head's bias;
     class 1 is the positive class of a trained head), instead of 1/2 per token, which would put
-    every step's score near 0 and its loss in the tens. A surprisal head's gates start at 0."""
+    every step's score near 0 and its loss in the tens. The weights start at 0: random ones
+    add noise to every token's keep logit, and the sum of log-sigmoids of noisy logits falls
+    with the noise (Jensen), so a long solution would start far below 1/2. A surprisal head's
+    gates start at 0 too."""
     import math
 
     import torch
@@ -174,6 +177,7 @@ def init_hazard_head(model: Any, examples: Sequence[Example], surprisal: bool = 
     reads = [p + 1 for e in examples for p in e.read_positions]
     keep = 2.0 ** (-1.0 / max(1.0, sum(reads) / max(1, len(reads))))
     with torch.no_grad():
+        head.weight.zero_()
         head.bias[:2].copy_(torch.tensor([0.0, math.log(keep / (1.0 - keep))]))
     if surprisal:
         init_gates(head)
