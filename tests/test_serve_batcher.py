@@ -213,3 +213,47 @@ def test_empty_jobs_and_bad_configs():
                 {"max_wait_ms": float("nan")}):
         with pytest.raises(PrmkitError):
             BatcherConfig(**bad)
+
+
+def test_together_a_problems_solutions_share_a_piece_past_the_cap():
+    """Prefix sharing reads a problem's prefix once per piece: together, a piece ends before a
+    problem's run rather than inside it, and takes the run it begins with whole, up to the
+    token budget; without, the cap cuts where it falls."""
+    for together, calls in ((False, [["x"], ["a", "a"], ["a", "b"], ["c", "b"], ["b"]]),
+                            (True, [["x"], ["a", "a", "a"], ["b", "b", "b"], ["c"]])):
+        rec = Recorder()
+        rec.hold.clear()
+        b = Batcher(rec.score, BatcherConfig(token_budget=30, max_wait_ms=0), together)
+        first = b.submit(["x"], [["s"]], [1])
+        assert rec.entered.wait(5)
+        b._cap = lambda: 10   # the measured speed's cap: two solutions of 5 tokens
+        jobs = [b.submit(["a"] * 3, [["s"]] * 3, [5] * 3), b.submit(["b"] * 3, [["s"]] * 3, [5] * 3),
+                b.submit(["c"], [["s"]], [5])]
+        rec.hold.set()
+        first.result(5)
+        assert [j.result(5) for j in jobs] == [[expected(p, ["s"])] * n for p, n in (("a", 3), ("b", 3), ("c", 1))]
+        b.close(5)
+        assert rec.calls == calls
+
+
+def test_together_brings_a_problems_jobs_side_by_side_and_answers_in_order():
+    rec = Recorder()
+    rec.hold.clear()
+    b = Batcher(rec.score, BatcherConfig(token_budget=12, max_wait_ms=0), together=True)
+    first = b.submit(["x"], [["s"]], [1])
+    assert rec.entered.wait(5)
+    b._cap = lambda: 8
+    mixed = b.submit(["pp", "q", "pp", "q"], [["a"], ["b"], ["c", "d"], ["e"]], [2] * 4)
+    other = b.submit(["r"], [["s"]], [2])
+    more = b.submit(["q"], [["f"]], [2])
+    big = b.submit(["z"] * 7, [["s"]] * 7, [2] * 7)   # 14 padded tokens: over the budget, split
+    rec.hold.set()
+    first.result(5)
+    assert mixed.result(5) == [expected("pp", ["a"]), expected("q", ["b"]),
+                               expected("pp", ["c", "d"]), expected("q", ["e"])]
+    assert other.result(5) == [expected("r", ["s"])] and more.result(5) == [expected("q", ["f"])]
+    assert big.result(5) == [expected("z", ["s"])] * 7
+    b.close(5)
+    # the job's own solutions by problem; the later job of "q" right after it, so that the run
+    # of "q" (6 tokens) does not fit after "pp" and waits for the next piece; "z" over 12 tokens
+    assert rec.calls == [["x"], ["pp", "pp"], ["q", "q", "q", "r"], ["z"] * 6, ["z"]]

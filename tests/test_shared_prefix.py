@@ -94,12 +94,16 @@ def expected_tokens(prm, batch=BATCH) -> tuple[int, int, int]:
     return plain, computed, fallbacks
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["tree-pass", "by-depth"])
 @pytest.mark.parametrize("fmt,make", CASES, ids=[c[0] for c in CASES])
-def test_shared_equals_one_pass_on_every_preset(fmt, make):
+def test_shared_equals_one_pass_on_every_preset(fmt, make, packed):
     prm = HFPRM(sharp(make), tiny.tokenizer(), PRESETS[fmt], F32)
     problems, steps, groups = split()
     stats = ShareStats()
-    got = score_shared(prm, problems, steps, groups, stats)
+    scorer = SharedPrefixScorer(prm, stats)
+    assert scorer.packed       # tiny Llama, sdpa attention: trees in one pass unless told
+    scorer.packed = packed
+    got = scorer.score(problems, steps, groups)
     want = prm.score(problems, steps)
     assert [len(r) for r in got] == [len(s) for s in steps]
     for a, b in zip(got, want):
@@ -127,10 +131,14 @@ def test_the_prefix_holds_the_common_steps_and_their_scores_are_shared():
     prefix = group_prefix(turns, P1, [["x = 1."], ["y = 2."]], ids)
     assert head_ids(turns, P1) == [] and len(prefix) > len(tiny.tokenizer()(P1)["input_ids"])
     assert ids[0][:len(prefix)] == ids[1][:len(prefix)] == prefix
-    stats = ShareStats()
-    got = SharedPrefixScorer(prm, stats).score([P1] * 3, group, ["a"] * 3)
-    assert len({row[0] for row in got}) == 1      # step 0 read once, in the prefix's pass
-    assert stats.forwards == 2                    # the prefix, then the three suffixes
+    for packed, passes in ((True, 1), (False, 2)):
+        stats = ShareStats()
+        scorer = SharedPrefixScorer(prm, stats)
+        scorer.packed = packed
+        got = scorer.score([P1] * 3, group, ["a"] * 3)
+        assert len({row[0] for row in got}) == 1      # step 0 read once, in the prefix's part
+        # one tree-attention pass, or the prefix, then the three suffixes on its cache
+        assert stats.forwards == passes
 
 
 def test_falls_back_where_the_prefix_is_not_a_prefix():
@@ -183,6 +191,21 @@ def test_small_budgets_split_the_passes_and_keep_the_scores():
     for a, b in zip(got, prm.score(problems, steps)):
         assert a == pytest.approx(b, abs=1e-4)
     assert stats.forwards > 4
+
+
+def test_a_tree_longer_than_a_row_is_split_into_rows_with_their_ancestors():
+    prm = HFPRM(sharp("classes"), tiny.tokenizer(), PRESETS["prmkit"], F32)
+    problems, steps, groups = split()
+    want = prm.score(problems, steps)
+    whole, rows = ShareStats(), ShareStats()
+    SharedPrefixScorer(prm, whole).score(problems, steps, groups)
+    scorer = SharedPrefixScorer(prm, rows)
+    scorer.row_tokens = 1   # a row at most its tree's longest solution: nodes repeated per row
+    got = scorer.score(problems, steps, groups)
+    for a, b in zip(got, want):
+        assert a == pytest.approx(b, abs=1e-4)
+    assert whole.computed < rows.computed < rows.plain
+    assert rows.candidates == whole.candidates == 14
 
 
 @pytest.mark.parametrize("preset,name", [

@@ -159,10 +159,11 @@ class Reader:
         (DDP must see the forward call); it then takes the full forward path. ``cache`` is a
         transformers key-value cache of the tokens before ``ids`` (extended in place;
         :mod:`prmkit.models.incremental`): ``ids`` then continue those tokens, at
-        ``positions`` (position ids) when the rows' caches are left-padded. ``ids`` may also be
-        hidden states (a float tensor, batch x length x hidden) that enter the model as
-        ``inputs_embeds`` (:mod:`prmkit.train.frozen`); a surprisal head then needs their
-        token ids, ``tokens``, and may be given its stored LM ``features``."""
+        ``positions`` (position ids) when the rows' caches are left-padded; without a cache,
+        ``positions`` and a 4D ``attn`` read a packed tree (:mod:`prmkit.models.treepass`).
+        ``ids`` may also be hidden states (a float tensor, batch x length x hidden) that enter
+        the model as ``inputs_embeds`` (:mod:`prmkit.train.frozen`); a surprisal head then
+        needs their token ids, ``tokens``, and may be given its stored LM ``features``."""
         model = via if via is not None else self.model
         given = {"inputs_embeds" if ids.is_floating_point() else "input_ids": ids}
         if self.format.reading == "label-tokens":
@@ -269,9 +270,9 @@ def head_logits(output: Any) -> Any:
 def cache_kwargs(module: Any, cache: Any, positions: Any = None) -> dict[str, Any]:
     """Forward arguments that pass a key-value cache: ``cache`` (transformers 5.x) or
     ``past_key_values`` (before), whichever the module's forward takes, and the position ids
-    when given; none without a cache."""
+    when given (without a cache too: :mod:`prmkit.models.treepass`)."""
     if cache is None:
-        return {}
+        return {} if positions is None else {"position_ids": positions}
     import inspect
 
     params = inspect.signature(module.forward).parameters

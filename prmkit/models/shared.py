@@ -20,9 +20,12 @@ server, the solutions of one micro-batch with the same problem) are read as a tr
    node, fed with the node's cache as ``past_key_values`` (:func:`prmkit.models.incremental.cached_forward`,
    the machinery search uses), reading the rest of its steps.
 
-A node's pass keeps its cache and reads the scores of its own steps (they are the same for every
-candidate below it). The nodes are read a depth at a time, a parent before its children, many
-groups in one pass.
+A node reads the scores of its own steps (the same for every candidate below it). **How the
+tree is read**: where the model's attention takes a custom mask (transformers' ``sdpa`` and
+``eager``), each tree is one row of a single pass under a tree-attention mask, many groups in
+one pass (:mod:`prmkit.models.treepass`: a pass costs the reading of every weight, so one pass
+instead of one per depth is most of the gain on a CPU); otherwise a depth at a time, each node
+on its parent's cache, then the suffixes on their nodes' caches, many groups per pass.
 
 Why it is exact. A causal model's output at a position depends only on the ids up to it, and
 every candidate is read on *its own* ids (``encode(problem, steps)``, as one-pass scoring
@@ -35,11 +38,9 @@ reuses the cache of the ids both share (``partial``) or, sharing none, is read w
 pass at the same positions. Scores equal one-pass scoring to ~1e-6 in float32 (the order of the
 sums in attention differs); in bfloat16 they move by the batch make-up, as one-pass scores do.
 
-A hazard head (``train prm --head hazard`` or ``surprisal``) sums over every token, so a node
-also keeps the log S at each of its positions, and a surprisal head the final hidden state
-there: a row that continues a node's ids after ``past`` of them starts from the log S at
-``past - 1`` and reads its first token's LM features against that hidden state
-(:meth:`prmkit.models.reading.Reader.hazard_continued`).
+A hazard head (``--head hazard``, ``surprisal``) sums along each token's path: read a depth at a
+time, a node keeps its log S (and a surprisal head its final hidden state) at each position,
+and a row continuing it after ``past`` ids starts from those at ``past - 1``.
 
 What cannot share falls back to plain one-pass scoring: a PRM that is not an HF model or cannot
 reuse a cache (:func:`prmkit.models.incremental.reuse_blocker`: bidirectional models, sliding
@@ -50,10 +51,10 @@ ids), ``computed`` what this feeds (each node once, each suffix, the candidates 
 ``saved = plain - computed``. Both count real tokens, padding excluded; ``padded`` counts the
 padded size of every pass.
 
-Memory. Groups are taken a token budget of their prefixes at a time (:meth:`HFPRM.batches`);
-their nodes and suffixes are read before the next groups, so only their caches are held. A pass
-holds rows x (cached + new) tokens within a quarter of the token budget (each row carries its
-own copy of its prefix's cache, as in search).
+Memory. Groups are taken a token budget of their prefixes at a time (:meth:`HFPRM.batches`)
+and read before the next groups. A pass holds rows x (cached + new) tokens within a quarter of
+the token budget (a row carries its own copy of its prefix's cache, as in search; a tree row
+its own mask, rows x width x width).
 """
 
 from __future__ import annotations
@@ -64,37 +65,12 @@ from typing import Any, Hashable, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.models.incremental import (cached_forward, common_prefix_length, head_ids,
                                         reuse_blocker)
+from prmkit.models.treepass import ROW_TOKENS, Segment, pack_blocker, split_rows, tree_forward
+from prmkit.models.sharestats import ShareStats
 from prmkit.stepformat import Encoded
 
-
-@dataclass
-class ShareStats:
-    """What prefix sharing computed and saved (real tokens; see the module docstring)."""
-
-    groups: int = 0           # groups whose prefix was computed once
-    candidates: int = 0       # candidates scored on a prefix's cache (fallbacks included)
-    alone: int = 0            # candidates read whole: no group, a group of one, no reuse
-    fallbacks: int = 0        # candidates whose ids do not begin with their prefix's ids
-    partial: int = 0          # ... of which reused the cache of the ids both share
-    plain: int = 0            # tokens one-pass scoring feeds: every candidate whole
-    computed: int = 0         # tokens fed here: prefixes once, suffixes, candidates alone
-    padded: int = 0           # rows x width of every pass
-    forwards: int = 0
-
-    @property
-    def saved(self) -> int:
-        return self.plain - self.computed
-
-    def summary(self) -> str:
-        share = self.computed / self.plain if self.plain else 1.0
-        return (f"prefix sharing: computed {self.computed} of {self.plain} tokens ({share:.1%}), "
-                f"saved {self.saved}; {self.groups} groups, {self.candidates} candidates on a "
-                f"shared prefix, {self.alone} read whole, {self.fallbacks} fallbacks "
-                f"({self.partial} partial)")
-
-    def add(self, other: "ShareStats") -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+__all__ = ["SharedPrefixScorer", "ShareStats", "can_share", "group_prefix", "has_groups",
+           "score_by_problem", "score_shared"]
 
 
 def can_share(prm: Any) -> bool:
@@ -183,6 +159,8 @@ class SharedPrefixScorer:
         self.prm = prm
         self.stats = stats if stats is not None else ShareStats()
         self.budget = max(1024, prm.config.token_budget // 4)
+        self.packed = pack_blocker(prm) is None   # a tree in one pass, else a depth at a time
+        self.row_tokens = ROW_TOKENS
 
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
               groups: Sequence[Hashable | None]) -> list[list[float | None]]:
@@ -195,12 +173,15 @@ class SharedPrefixScorer:
             _plain(prm, alone, problems, steps, stats, out, count_plain=False)
         for batch in prm.batches([len(t.root.ids) for t in trees]):
             part = [trees[i] for i in batch]
+            stats.groups += len(part)
+            if self.packed:
+                self._read_trees(part, encs, out)
+                continue
             nodes = [n for t in part for n in t.nodes]
             for depth in range(max(n.depth for n in nodes) + 1):   # a parent before its children
                 self._read_nodes([n for n in nodes if n.depth == depth])
             leaves = sorted((leaf for t in part for leaf in t.leaves), key=lambda x: -x.past)
             self._read_leaves(leaves, encs, out)
-            stats.groups += len(part)
             for n in nodes:   # this batch's caches go before the next batch is read
                 n.kv = n.log_s = n.hidden = None
         return [row if row is not None else [] for row in out]
@@ -295,6 +276,38 @@ class SharedPrefixScorer:
                 _covering(node, p).reads.add(p)
 
     # -- the forward passes ---------------------------------------------------------------------
+    def _read_trees(self, trees: list[_Tree], encs: Sequence[Encoded],
+                    out: list[list[float | None] | None]) -> None:
+        """Every tree in one row (or a few, :func:`prmkit.models.treepass.split_rows`) of a
+        tree-attention pass: the nodes' own ids, then each solution's ids after its node's."""
+        rows: list[tuple[list[Any], list[Segment]]] = []
+        for t in trees:
+            owners: list[Any] = list(t.nodes) + list(t.leaves)
+            at = {id(n): k for k, n in enumerate(t.nodes)}
+            segs = [Segment(n.ids[n.past:], n.past, at[id(n.parent)] if n.parent else None,
+                            sorted(n.reads)) for n in t.nodes]
+            segs += [Segment(encs[x.i].input_ids[x.past:], x.past, at[id(x.node)],
+                             [p for p in encs[x.i].read_positions if p >= x.past]) for x in t.leaves]
+            cap = max(self.row_tokens, max(len(encs[x.i].input_ids) for x in t.leaves))
+            rows += [([owners[k] for k in taken], row) for taken, row in split_rows(segs, cap)]
+        for batch in self._batches(rows, lambda r: 0, lambda r: sum(len(s.ids) for s in r[1])):
+            res = tree_forward(self.prm, [row for _, row in batch])
+            self._count(res.real, res.computed)
+            for (owned, row), probs in zip(batch, res.probs):
+                for owner, seg, p in zip(owned, row, probs):   # a row's nodes before its leaves
+                    if isinstance(owner, _Node):
+                        owner.probs = dict(zip(seg.reads, p))
+                    else:
+                        self._finish(owner, encs[owner.i], p, out)
+
+    def _finish(self, leaf: _Leaf, enc: Encoded, after: list[float],
+                out: list[list[float | None] | None]) -> None:
+        """Solution ``leaf.i``'s scores: those read inside its nodes, then ``after``."""
+        inside = [_covering(leaf.node, p).probs[p] for p in enc.read_positions if p < leaf.past]
+        scores: list[float | None] = inside + after
+        out[leaf.i] = scores + [None] * (enc.n_steps - len(scores))
+        self.stats.candidates += 1
+
     def _batches(self, rows: list[Any], past: Any, new: Any) -> list[list[Any]]:
         """Rows in batches of at most ``budget`` rows x (longest past + longest new ids)."""
         batches: list[list[Any]] = [[]]
@@ -360,11 +373,7 @@ class SharedPrefixScorer:
                 self._count(res.real, res.computed)
                 after = {x.i: row for x, row in zip(todo, res.probs)}
             for x in batch:
-                enc = encs[x.i]
-                inside = [_covering(x.node, p).probs[p] for p in enc.read_positions if p < x.past]
-                scores: list[float | None] = inside + after.get(x.i, [])
-                out[x.i] = scores + [None] * (enc.n_steps - len(scores))
-                self.stats.candidates += 1
+                self._finish(x, encs[x.i], after.get(x.i, []), out)
 
     def _count(self, real: int, computed: int) -> None:
         stats, prm = self.stats, self.prm

@@ -30,9 +30,9 @@ more than ``max_solutions`` solutions; 422 a body of the wrong shape, a solution
 
 Scoring runs on one worker thread that owns the model (:class:`~prmkit.serve.batcher.Batcher`):
 handlers validate and count tokens (in a thread pool, off the event loop), queue the request,
-and wait; in a micro-batch the solutions of one problem share their prefix, read once
-(:func:`prmkit.models.shared.score_by_problem`). Shutdown (Ctrl-C, SIGTERM) stops accepting
-connections, lets requests in flight finish (``graceful_timeout``), then drains the queue.
+and wait; the solutions of one problem are kept in one micro-batch and share their prefix, read
+once (:func:`prmkit.models.shared.score_by_problem`). Shutdown (Ctrl-C, SIGTERM) stops
+accepting connections, lets requests in flight finish (``graceful_timeout``), then drains.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class Scorer:
         self.max_tokens = min(limits) if limits else None
         self.sharing = ShareStats() if config.share_prefix and can_share(prm) else None
         self.batcher = Batcher(prm.score if self.sharing is None else (
-            lambda p, s: score_by_problem(prm, p, s, self.sharing)), config.batching)
+            lambda p, s: score_by_problem(prm, p, s, self.sharing)), config.batching, self.sharing is not None)
 
     def check(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> None:
         """The limits that need no tokenizer: solutions per request, steps per solution."""

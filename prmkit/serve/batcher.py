@@ -16,9 +16,23 @@ How it works:
   A piece takes solutions, oldest job first, while its padded size (its longest solution x its
   number of solutions, as :func:`prmkit.models.hf.token_budget_batches` counts it) stays within
   a cap: ``token_budget``, or less where the measured speed says one call would take more than
-  ``PIECE_SECONDS`` (2 s; 1024 tokens before the first measure). A piece always takes at least
+  ``PIECE_SECONDS`` (2 s), but never less than ``MIN_PIECE`` (1024 tokens, also the cap before
+  the first measure): on a CPU a call's fixed cost (every pass reads all the weights) makes
+  small pieces dear per token, so a measure taken while the machine was busy with something
+  else shrank the pieces, which kept the measure high (seen: one 36 s piece, then a cap of 17
+  to 80 tokens and pieces of one solution for some 100 pieces). A piece always takes at least
   one solution, and a job larger than the cap is scored over several pieces. The PRM sorts a
   piece by length and packs it into token-budget forward passes;
+* **together** (``Batcher(..., together=True)``; the server sets it when it shares prefixes):
+  the solutions of one problem go into the same piece wherever they fit, because the PRM reads
+  their common prefix once per piece (:mod:`prmkit.models.shared`). A job's solutions are put
+  side by side by problem (the answer keeps the caller's order), a job whose next problem an
+  earlier job holds follows that job, and a piece that cannot take all of a problem's run of
+  solutions ends before it; the run a piece begins with is taken whole past the cap (so such a
+  piece may take longer than ``PIECE_SECONDS``), up to ``token_budget``, and only a run over
+  ``token_budget`` is split. Measured (bench/README.md, issue 21): 32
+  clients sending groups of 8 lab completions, a cap of about 1,000 tokens at this CPU's speed
+  split 24 of 32 groups over two pieces, computing their prefixes twice;
 * **pieces alternate** between oldest job first and least served job first: a small request
   that comes while a long one is being scored waits for at most two pieces, and a stream of
   small requests cannot starve a long one;
@@ -116,13 +130,41 @@ class _Job:
     served: int = 0              # pieces it had a share of
     abandoned: bool = False      # its caller left (:meth:`Batcher.cancel`)
 
+    order: list[int] | None = None   # by_problem: the caller's index of each solution
+
     @property
     def longest(self) -> int:
         return max(self.lengths)
 
+    def by_problem(self) -> None:
+        """Put the solutions of one problem side by side (stable); the answer is put back in
+        the caller's order (:meth:`answer`)."""
+        first = {p: k for k, p in reversed(list(enumerate(self.problems)))}
+        order = sorted(range(len(self.problems)), key=lambda i: first[self.problems[i]])
+        if order != sorted(order):
+            self.order = order
+            self.problems, self.steps, self.lengths = ([x[i] for i in order] for x in (
+                self.problems, self.steps, self.lengths))
+
+    def answer(self) -> list:
+        if self.order is None:
+            return self.scores
+        out: list = [None] * len(self.scores)
+        for k, i in enumerate(self.order):
+            out[i] = self.scores[k]
+        return out
+
     @property
     def left(self) -> int:
         return len(self.problems) - self.done
+
+
+def _ends(taken: list[tuple[_Job, int]]) -> list[tuple[_Job, int]]:
+    """(job, end) of each job in ``taken``, (job, solution) pairs in order."""
+    ends: dict[int, tuple[_Job, int]] = {}
+    for job, i in taken:
+        ends[id(job)] = (job, i + 1)
+    return list(ends.values())
 
 
 class Abandoned(Exception):
@@ -130,7 +172,7 @@ class Abandoned(Exception):
 
 
 PIECE_SECONDS = 2.0   # aim of one call to the PRM (as measured), so a caller who left costs
-FIRST_PIECE = 1024    # at most about this long; the token cap of the first call (no measure yet)
+MIN_PIECE = 1024      # at most about this long; the least cap, and the first (no measure yet)
 
 
 class Batcher:
@@ -140,9 +182,11 @@ class Batcher:
     called from the worker thread.
     """
 
-    def __init__(self, score: ScoreFn, config: BatcherConfig | None = None):
+    def __init__(self, score: ScoreFn, config: BatcherConfig | None = None,
+                 together: bool = False):
         self.score_fn = score
         self.config = config or BatcherConfig()
+        self.together = together   # a problem's solutions in one piece (see the docstring)
         self.stats = BatcherStats()
         self._queue: deque[_Job] = deque()     # not started
         self._active: list[_Job] = []          # started, not finished
@@ -181,8 +225,10 @@ class Batcher:
                 raise Overloaded(f"the server is busy: {self._queued} solutions are queued (at "
                                  f"most {self.config.max_queue}); retry later",
                                  retry_after=min(60, max(1, wait)))
-            self._queue.append(_Job(list(problems), [list(s) for s in steps], sizes, future,
-                                    time.monotonic()))
+            job = _Job(list(problems), [list(s) for s in steps], sizes, future, time.monotonic())
+            if self.together:
+                job.by_problem()
+            self._queue.append(job)
             self._queued += n
             self._cond.notify()
         return future
@@ -249,11 +295,12 @@ class Batcher:
 
     def _cap(self) -> int:
         """The token cap of the next piece: ``token_budget``, or less where one call would take
-        longer than ``PIECE_SECONDS`` at the measured speed."""
+        longer than ``PIECE_SECONDS`` at the measured speed, never less than ``MIN_PIECE``."""
         budget = self.config.token_budget
         if self._seconds_per_token is None:
-            return min(budget, FIRST_PIECE)
-        return max(1, min(budget, int(PIECE_SECONDS / max(self._seconds_per_token, 1e-12))))
+            return min(budget, MIN_PIECE)
+        aim = int(PIECE_SECONDS / max(self._seconds_per_token, 1e-12))
+        return min(budget, max(MIN_PIECE, aim))
 
     def _cut(self) -> list[tuple[_Job, int, int]]:
         """The next piece: (job, first, end) ranges of solutions under the cap, at least one
@@ -262,10 +309,14 @@ class Batcher:
         self._turn += 1
         order = (lambda j: j.arrived) if self._turn % 2 else (lambda j: (j.served, j.arrived))
         jobs = sorted([*self._active, *self._queue], key=order)
-        cap, piece, longest, count = self._cap(), [], 0, 0
-        for job in jobs:
-            if count and max(longest, job.lengths[job.done]) * (count + 1) > cap:
-                break
+        if self.together:   # a job whose next problem an earlier job holds goes right after it
+            first: dict[str, int] = {}
+            for k, job in enumerate(jobs):
+                for p in job.problems[job.done:]:
+                    first.setdefault(p, k)
+            jobs.sort(key=lambda j: first[j.problems[j.done]])
+        piece = []
+        for job, end in self._plan(jobs):
             if job in self._queue:
                 self._queue.remove(job)
                 if not job.future.set_running_or_notify_cancel():  # the caller left
@@ -273,17 +324,35 @@ class Batcher:
                     self.stats.dropped += 1
                     continue
                 self._active.append(job)
-            end = job.done
-            while end < len(job.problems):
-                size = max(longest, job.lengths[end]) * (count + 1)
-                if count and size > cap:
-                    break
-                longest, count, end = max(longest, job.lengths[end]), count + 1, end + 1
             piece.append((job, job.done, end))
             self._queued -= end - job.done  # in a piece: no longer waiting
-            if end < len(job.problems):
-                break
         return piece
+
+    def _plan(self, jobs: list[_Job]) -> list[tuple[_Job, int]]:
+        """(job, end) per job of the next piece: its solutions from the first not scored to
+        ``end``, taken in turn while the padded size stays within the cap (at least one).
+        Together, a piece that cannot take the next solution of the problem it is taking ends
+        before that problem's run instead, and the run that a piece begins with is taken whole
+        past the cap, up to ``token_budget``."""
+        cap, budget = self._cap(), self.config.token_budget
+        taken: list[tuple[_Job, int]] = []
+        longest = run = 0   # run: solutions taken before the current problem's run
+        for job in jobs:
+            for i in range(job.done, len(job.problems)):
+                prev = taken[-1][0].problems[taken[-1][1]] if taken else None
+                if taken and job.problems[i] != prev:
+                    run = len(taken)
+                size = max(longest, job.lengths[i]) * (len(taken) + 1)
+                if taken and size > cap:
+                    if not self.together or run == len(taken):
+                        return _ends(taken)
+                    if run:
+                        return _ends(taken[:run])
+                    if size > budget:
+                        return _ends(taken)
+                taken.append((job, i))
+                longest = max(longest, job.lengths[i])
+        return _ends(taken)
 
     @staticmethod
     def _padded(jobs: deque[_Job]) -> int:
@@ -361,4 +430,4 @@ class Batcher:
             self.stats.max_group_jobs = max(self.stats.max_group_jobs, len(piece))
         for job in finished:
             if not job.future.done():
-                job.future.set_result(job.scores)
+                job.future.set_result(job.answer())

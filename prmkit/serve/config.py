@@ -53,9 +53,12 @@ class ServeConfig:
         "help": "how /get_reward turns step scores into one reward per response (min: "
                 "Math-Shepherd's rule)", "choices": tuple(AGGREGATES)})
     share_prefix: bool = field(default=True, metadata={
-        "help": "within a micro-batch, score the solutions of one problem on their common "
-                "prefix's key-value cache (the problem and the steps they all begin with read "
-                "once; the same scores, to float32 rounding; HF models only)"})
+        "help": "score the solutions of one problem in a micro-batch on their shared prefixes "
+                "(the problem and the steps several begin with read once, the whole tree in "
+                "one forward pass where the model's attention takes a mask; the same scores, "
+                "to float32 rounding; HF models only); micro-batches then keep a problem's "
+                "solutions together, one that begins with them may pass the 2 s aim up to "
+                "--token-budget"})
     graceful_timeout: float = field(default=60.0, metadata={
         "help": "on shutdown (Ctrl-C, SIGTERM), seconds to let requests in flight finish"})
 

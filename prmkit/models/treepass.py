@@ -1,0 +1,183 @@
+"""Tree attention: a group's tree of shared prefixes read in one forward pass.
+
+:mod:`prmkit.models.shared` reads the candidates of a group as a tree: the group's prefix, a
+node for every run of steps that some of them share, and each candidate's suffix below its
+deepest node. Read a depth at a time, each node on its parent's key-value cache, that is one
+forward pass per depth and one for the suffixes, and on a CPU every pass costs the reading of
+all the model's weights whatever its size (SmolLM2-135M, bfloat16, one thread: 63 ms for a pass
+of 1 token, then about 2 ms a token), while a lab group's nodes are 20 to 100 tokens each: a
+group of 8 took 4 passes, and its shared tokens cost 1.8 times a plain token.
+
+Here a tree is one row of one pass. Its **segments** (a node's ids after those it shares with
+its parent, a candidate's ids after those it shares with its node) are laid end to end; each
+token gets the position id it has in its own solution, and an attention mask that lets it see
+its own path only: the tokens of its own segment up to itself and, of every ancestor segment,
+the tokens its path shares with that ancestor (those before the position where the child on its
+path begins). This is the tree attention of speculative decoding's token trees (SpecInfer,
+Medusa), used here to read solutions rather than to draft them. The trees of many groups are
+rows of the same pass, padded on the right; a padding token sees only itself.
+
+Why it is exact: each token attends to the keys and values of exactly the ids before it in its
+own solution, at the same positions, as one-pass scoring reads it; a causal model's output at a
+position depends on nothing else. Scores equal one-pass scores to float rounding (float32:
+~1e-7).
+
+Rows. Attention over a row costs its length squared (the masked part is computed too; PyTorch's
+CPU kernel keeps memory linear in the length), so a row holds at most ``ROW_TOKENS`` tokens, or
+one solution's path where that is longer: a larger tree is split into rows (:func:`split_rows`),
+each with a share of its candidates and all their ancestors (repeated in each row that needs
+them, and counted as computed).
+
+What it needs (:func:`pack_blocker`): a model whose attention takes an additive 4D mask as given
+and position ids (transformers' ``sdpa`` and ``eager`` attention; flash-attention kernels take
+no mask). Otherwise :mod:`prmkit.models.shared` reads the tree a depth at a time on caches.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any, Sequence
+
+from prmkit.errors import PrmkitError
+
+ROW_TOKENS = 1024       # the longest row, unless one solution is longer
+MASKED_ATTENTION = ("sdpa", "eager")
+
+
+@dataclass(eq=False)
+class Segment:
+    """A run of one path's ids: ``ids`` at the path's positions ``start``, ``start + 1``, ...;
+    the path's positions before ``start`` are those of segment ``parent`` (an index into the same
+    list, earlier; None: the path begins here, so ``start`` is 0) and of its ancestors. ``reads``
+    are the path positions (inside this segment) whose score is wanted."""
+
+    ids: Sequence[int]
+    start: int
+    parent: int | None
+    reads: Sequence[int]
+
+
+@dataclass
+class TreePass:
+    probs: list[list[list[float]]]   # [row][segment] one probability per read, in order
+    real: int                        # tokens fed, padding excluded
+    computed: int                    # rows x width
+
+
+def pack_blocker(prm: Any) -> str | None:
+    """Why ``prm`` (an HFPRM that can reuse caches) cannot read a tree in one pass, or None."""
+    if prm.format.hazard:
+        return "a hazard head sums along each token's own path, which only the depth-wise passes carry"
+    config = prm.model.config
+    impl = getattr(config, "_attn_implementation", None) or "eager"
+    if impl not in MASKED_ATTENTION:
+        return f"attention {impl!r} takes no custom mask"
+    if "position_ids" not in inspect.signature(prm.model.forward).parameters:
+        return "the model's forward takes no position ids"
+    return None
+
+
+def split_rows(segments: Sequence[Segment], cap: int) -> list[tuple[list[int], list[Segment]]]:
+    """The segments of one tree (parents before children) in rows of at most ``cap`` tokens, a
+    row at least one path: each row the leaves it holds (segments that no other continues) with
+    all their ancestors, in the tree's order. Per row: the indices it took, and its segments
+    with their parents renumbered within the row."""
+    parents = {s.parent for s in segments if s.parent is not None}
+    rows: list[list[int]] = []
+    row: set[int] = set()
+    size = 0
+    for i in range(len(segments)):
+        if i in parents:
+            continue
+        path = _missing(segments, i, row)
+        add = sum(len(segments[j].ids) for j in path)
+        if row and size + add > cap:
+            rows.append(sorted(row))
+            row, size = set(), 0
+            path = _missing(segments, i, row)
+            add = sum(len(segments[j].ids) for j in path)
+        row.update(path)
+        size += add
+    if row:
+        rows.append(sorted(row))
+    out = []
+    for taken in rows:
+        at = {j: k for k, j in enumerate(taken)}
+        out.append((taken, [Segment(segments[j].ids, segments[j].start,
+                                    None if segments[j].parent is None else at[segments[j].parent],
+                                    segments[j].reads) for j in taken]))
+    return out
+
+
+def _missing(segments: Sequence[Segment], i: int, row: set[int]) -> list[int]:
+    """Segment ``i`` and those of its ancestors not in ``row`` yet."""
+    path: list[int] = []
+    j: int | None = i
+    while j is not None and j not in row:
+        path.append(j)
+        j = segments[j].parent
+    return path
+
+
+def visible(row: Sequence[Segment], k: int) -> list[tuple[int, int, int]]:
+    """What segment ``k`` of ``row`` sees of its ancestors: ``(segment, first, end)``, offsets
+    into each ancestor's ids, covering the path's positions ``0 .. start`` exactly once."""
+    out, limit, j = [], row[k].start, row[k].parent
+    while j is not None:
+        seg = row[j]
+        end = min(limit, seg.start + len(seg.ids))
+        if end < limit:
+            raise PrmkitError("internal: a tree segment starts past its parent's ids")
+        if end > seg.start:
+            out.append((j, 0, end - seg.start))
+        limit, j = min(limit, seg.start), seg.parent
+    if limit:
+        raise PrmkitError("internal: a tree segment's path does not begin at position 0")
+    return out
+
+
+def tree_forward(prm: Any, rows: Sequence[Sequence[Segment]]) -> TreePass:
+    """One forward pass of ``prm`` (an HFPRM, :func:`pack_blocker` None) over ``rows``, each the
+    segments of a tree laid end to end under the tree's attention mask (module docstring)."""
+    import torch
+
+    lengths = [sum(len(s.ids) for s in row) for row in rows]
+    width = max(1, max(lengths))
+    ids = torch.full((len(rows), width), prm.pad_id, dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    seen = torch.zeros((len(rows), width, width), dtype=torch.bool)
+    r: list[int] = []
+    c: list[int] = []
+    for b, row in enumerate(rows):
+        offsets = [0, *accumulate(len(s.ids) for s in row)]
+        for k, seg in enumerate(row):
+            a, n = offsets[k], len(seg.ids)
+            if not n:
+                continue
+            ids[b, a:a + n] = torch.tensor(list(seg.ids), dtype=torch.long)
+            positions[b, a:a + n] = torch.arange(seg.start, seg.start + n)
+            seen[b, a:a + n, a:a + n] = torch.ones((n, n), dtype=torch.bool).tril()
+            for j, lo, hi in visible(row, k):
+                seen[b, a:a + n, offsets[j] + lo:offsets[j] + hi] = True
+            r += [b] * len(seg.reads)
+            c += [a + p - seg.start for p in seg.reads]
+        pad = torch.arange(lengths[b], width)
+        seen[b, pad, pad] = True
+    dtype = prm.model.get_input_embeddings().weight.dtype
+    mask = torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, torch.finfo(dtype).min)
+    device = prm.device
+    with torch.inference_mode():
+        logits = prm.reader.logits(ids.to(device), mask.unsqueeze(1).to(device),
+                                   torch.tensor(r, dtype=torch.long, device=device),
+                                   torch.tensor(c, dtype=torch.long, device=device),
+                                   positions=positions.to(device))
+        flat = prm.reader.probabilities(logits).float().cpu().tolist() if c else []
+    probs, at = [], 0
+    for row in rows:
+        probs.append([])
+        for seg in row:
+            probs[-1].append(flat[at:at + len(seg.reads)])
+            at += len(seg.reads)
+    return TreePass(probs, sum(lengths), len(rows) * width)

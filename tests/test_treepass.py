@@ -1,0 +1,60 @@
+"""Tree attention's rows (prmkit/models/treepass.py), without a model: what each segment sees of
+its ancestors, how a tree is cut into rows, and which models cannot take a tree's mask. The
+scores of a tree pass against one-pass scoring are in tests/test_shared_prefix.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from prmkit.errors import PrmkitError
+from prmkit.models.treepass import Segment, pack_blocker, split_rows, visible
+
+# a root (positions 0-3), a node below it that shares only 3 of its ids (a fallback: 3-5),
+# leaves: one on the root (4-5), two on the node (6-7, 6), one on the node sharing 4 ids (4-6)
+TREE = [
+    Segment([1, 2, 3, 4], 0, None, [3]),
+    Segment([9, 9, 9], 3, 0, [5]),
+    Segment([5, 6], 4, 0, [5]),
+    Segment([7, 8], 6, 1, [7]),
+    Segment([7], 6, 1, [6]),
+    Segment([6, 6, 6], 4, 1, [6]),
+]
+
+
+def test_a_segment_sees_exactly_the_positions_before_it_on_its_path():
+    assert visible(TREE, 0) == []
+    assert visible(TREE, 1) == [(0, 0, 3)]             # the root's first 3 ids only
+    assert visible(TREE, 2) == [(0, 0, 4)]
+    assert visible(TREE, 3) == [(1, 0, 3), (0, 0, 3)]  # the node's 3 own ids, the root's first 3
+    assert visible(TREE, 5) == [(1, 0, 1), (0, 0, 3)]  # positions 0-2 from the root, 3 from the node
+    broken = [Segment([1, 2], 0, None, []), Segment([3], 5, 0, [])]
+    with pytest.raises(PrmkitError, match="internal"):
+        visible(broken, 1)
+
+
+def test_rows_take_leaves_with_all_their_ancestors():
+    ((taken, row),) = split_rows(TREE, 100)
+    assert taken == list(range(len(TREE))) and [s.parent for s in row] == [None, 0, 0, 1, 1, 1]
+    rows = split_rows(TREE, 10)
+    assert [t for t, _ in rows] == [[0, 2], [0, 1, 3, 4], [0, 1, 5]]
+    for taken, row in rows:
+        assert sum(len(s.ids) for s in row) <= 10
+        for k, s in enumerate(row):   # parents renumbered within the row
+            assert (None if s.parent is None else taken[s.parent]) == TREE[taken[k]].parent
+            assert s.ids is TREE[taken[k]].ids
+    # a row is at least one whole path, whatever the cap
+    assert [t for t, _ in split_rows(TREE, 1)] == [[0, 2], [0, 1, 3], [0, 1, 4], [0, 1, 5]]
+
+
+def test_models_whose_attention_takes_no_mask_are_read_a_depth_at_a_time():
+    def prm(impl, forward=lambda input_ids, attention_mask, position_ids: None, hazard=False):
+        return SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(_attn_implementation=impl),
+                                                     forward=forward),
+                               format=SimpleNamespace(hazard=hazard))
+
+    assert pack_blocker(prm("sdpa")) is None and pack_blocker(prm("eager")) is None
+    assert "flash_attention_2" in pack_blocker(prm("flash_attention_2"))
+    assert "hazard" in pack_blocker(prm("sdpa", hazard=True))   # its sums need the carried path
+    assert "position ids" in pack_blocker(prm("sdpa", lambda input_ids, attention_mask: None))
