@@ -12,7 +12,8 @@ frozen; :mod:`prmkit.models.surprisal`), the ORM's last layers and 2-class head.
    rollouts per step, compared with the exact gold labels; binary search for the first error
    (OmegaPRM, Luo et al. 2024) on the same candidates, with the rollouts it saves.
 3. **Training.** A PRM on the MC step labels and an ORM on the outcome labels, from the same
-   base, on the same candidates, with the same optimiser budget.
+   base, on the same candidates; the PRM's recipe (its head alone, 8 cheap epochs on stored
+   states) computes less than the ORM's (its last 4 layers, one epoch).
 4. **Best-of-N** on the test candidates (Lightman et al. 2023's protocol): PRM (prod, min,
    last), ORM, majority, PRM-weighted majority, the exact-label PRM (upper bound of any PRM)
    and the oracle (pass@N).
