@@ -21,8 +21,9 @@ A format is data (:class:`StepFormat`), not code:
     - ``classes``: a per-token classification head; softmax over the classes, taking
       ``positive_class`` (Qwen2.5-Math-PRM's 2-class head, TRL's token classification);
     - ``value``: a one-logit head; the score is its sigmoid.
-    - ``hazard`` (with ``classes``; ``train prm --head hazard``): the head gives P(no error here)
-      at every token; step k's score is their product up to its read position (``Reader``).
+    - ``hazard`` (with ``classes``; ``train prm --head hazard``): P(no error here) at every
+      token, step k's score their product up to its read position (``Reader``); ``surprisal``
+      adds the LM's surprise at each token (:mod:`prmkit.models.surprisal`).
     - ``log-ratio``: a causal LM and its frozen reference (the implicit PRM,
       :mod:`prmkit.models.implicit`); step k's score comes from the token log ratios
       log(pi/pi_ref) summed up to the end of step k, so the "read position" is the step's end.
@@ -106,6 +107,7 @@ class StepFormat:
     bos: str = "tokenizer"      # tokenizer (its own special tokens) | always (bos_token_id first) | none
     strip: bool = False         # strip each step's surrounding whitespace first
     hazard: bool = False        # classes read at every token, multiplied up to each read position
+    surprisal: bool = False     # hazard that also reads the LM's surprise at each token
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -118,8 +120,8 @@ class StepFormat:
             raise PrmkitError(f"step format {self.name!r}: 'step' must contain {{step}}")
         if self.layout == "text" and "{problem}" not in self.prefix:
             raise PrmkitError(f"step format {self.name!r}: 'prefix' must contain {{problem}}")
-        if self.hazard and self.reading != "classes":
-            raise PrmkitError(f"step format {self.name!r}: hazard needs reading classes")
+        if (self.hazard or self.surprisal) and self.reading != "classes" or self.surprisal > self.hazard:
+            raise PrmkitError(f"step format {self.name!r}: hazard needs reading classes; surprisal needs hazard")
         if self.reading == "label-tokens" and not (self.positive and self.negative):
             raise PrmkitError(f"step format {self.name!r}: reading label-tokens needs "
                               f"'positive' and 'negative' tokens")
@@ -137,7 +139,6 @@ class StepFormat:
         if self.marker and "{n}" not in self.marker:
             raise PrmkitError(f"step format {self.name!r}: 'marker' must contain {{n}}")
 
-    # -- persistence: a trained model stores its format beside its weights -------------------
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

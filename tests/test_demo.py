@@ -12,8 +12,15 @@ from prmkit.records import read_records
 
 
 @pytest.fixture
-def base(tiny_base):
-    return tiny_base
+def base(tmp_path):
+    """A tiny random causal LM with tied embeddings (the demo's default surprisal head reads
+    the LM through them), and its tokenizer."""
+    import tiny
+
+    path = tmp_path / "base"
+    tiny.causal_lm(tie_word_embeddings=True).save_pretrained(path, safe_serialization=True)
+    tiny.tokenizer().save_pretrained(path)
+    return str(path)
 
 
 def demo_args(base, out, *extra):

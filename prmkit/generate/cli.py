@@ -15,6 +15,7 @@ from prmkit.cliutil import EPILOG_RECORDS, Formatter, add_config_options, add_dt
     config_from_args
 from prmkit.errors import PrmkitError
 from prmkit.generate.load import BACKENDS, default_chunk, load_policy
+from prmkit.generate.openai import STOP_MODES, OpenAIConfig
 from prmkit.generate.prompts import MODEL_STYLES, STYLES
 
 __all__ = ["BACKENDS", "POLICY_HELP", "add_generate", "add_policy_options", "default_chunk",
@@ -44,6 +45,9 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=8, help="openai: requests in flight")
     p.add_argument("--tokenizer", default=None,
                    help="openai: a tokenizer folder (or default model) whose chat template to use")
+    stop = OpenAIConfig.__dataclass_fields__["stop_strings"]
+    p.add_argument("--stop-strings", default=stop.default, choices=STOP_MODES,
+                   help="openai: " + stop.metadata["help"])
 
 
 def policy_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -55,7 +59,7 @@ def policy_options(args: argparse.Namespace) -> dict[str, Any]:
                 batch_size=args.batch_size, threads=args.threads, base_url=args.base_url,
                 model_name=args.model_name, api_key=args.api_key, concurrency=args.concurrency,
                 tokenizer=args.tokenizer, prompt_style=args.prompt_style,
-                step_rule=args.step_rule, n_ctx=args.n_ctx)
+                step_rule=args.step_rule, n_ctx=args.n_ctx, stop_strings=args.stop_strings)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,11 +18,13 @@ def load_policy(policy: str, backend: str = "hf", *, dtype: str = "auto", device
                 model_name: str | None = None, api_key: str | None = None,
                 concurrency: int = 8, tokenizer: str | None = None,
                 prompt_style: str | None = None, step_rule: str | None = None,
-                n_ctx: int = 4096) -> tuple[Generator, Prompter]:
+                n_ctx: int = 4096, stop_strings: str = "auto") -> tuple[Generator, Prompter]:
     """A generator for ``policy`` on ``backend``, and the prompter for that policy.
 
     ``policy``: a default model name (``smollm2-135m``, ``gemma3-270m``), a model folder or hub
     id (hf, vllm), a ``.gguf`` file (llamacpp), or the model name on the server (openai).
+    ``stop_strings`` (openai) says how the server returns a matched stop string
+    (:data:`prmkit.generate.openai.STOP_MODES`).
     """
     if backend not in BACKENDS:
         raise PrmkitError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
@@ -60,7 +62,7 @@ def load_policy(policy: str, backend: str = "hf", *, dtype: str = "auto", device
 
     ogen = OpenAIGenerator(OpenAIConfig(base_url=base_url or OpenAIConfig.base_url,
                                         model=model_name or policy, api_key=api_key,
-                                        concurrency=concurrency))
+                                        concurrency=concurrency, stop_strings=stop_strings))
     template, special = None, {}
     style = prompt_style or MODEL_STYLES.get(policy)
     if style != "few-shot" and (tokenizer or style == "chat"):

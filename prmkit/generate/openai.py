@@ -20,9 +20,38 @@ Stop strings. prmkit keeps the stop string in the text. The request asks for tha
 ``include_stop_str_in_output`` (other servers ignore the field; turn it off with
 ``extra={}`` for a server that rejects unknown fields). The matched stop string is taken, in
 this order, from the text's end, from ``stop_reason`` (vLLM), ``matched_stop`` (SGLang) or
-``stopping_word`` (llama.cpp), and appended when the server left it out. A ``"stop"`` without
-any of these is an end of text (``finish_reason "eos"``): a server that strips stop strings and
-does not say which one matched (OpenAI's own API) cannot be told apart from an end token.
+``stopping_word`` (llama.cpp's ``llama-server``), and appended when the server left it out.
+
+Some servers cut the stop string and say nothing of it: llama-cpp-python's
+``llama_cpp.server`` (0.3.36 answers ``text``, ``index``, ``logprobs``, ``finish_reason`` and
+nothing more) and OpenAI's own API. There a ``"stop"`` that nothing explains is either a stop
+string or the model's end token (llama-cpp-python reports both as ``"stop"``), and
+``stop_strings`` (``--stop-strings``) says how to read it:
+
+* ``reported``: the server keeps or names the matched stop string, so an unexplained
+  ``"stop"`` is an end of text (``finish_reason "eos"``). On a stripping server this ends
+  every step-wise continuation after its first step.
+* ``stripped``: an unexplained ``"stop"`` is the *first* stop string sent, the step separator
+  in step-wise continuation (:func:`prmkit.generate.stepwise.next_steps` sends it first). That
+  is exact when each other stop string begins with the first, as prmkit's prompt styles send
+  them (``"\\n"``, then ``"\\n\\n"`` and ``"\\nQuestion:"``): wherever another one ends, the
+  first has ended already, so it is the one any server stops at. Otherwise (few-shot with
+  ``--step-rule blank-lines`` sends ``"\\n\\n"``, ``"\\n\\n\\n"``, ``"\\nQuestion:"``) another one
+  can be read as the first, and a warning says so. The model's own end token
+  after some text is misread as the separator (nothing in the answer tells them apart), so
+  the solution asks for one more step, where the model usually ends at once. An empty text
+  from zero generated tokens (``usage``) is an end of text: no stop string was written.
+* ``logprobs``: as ``stripped``, but every request with stop strings asks for ``logprobs``,
+  and the matched stop string is found in the returned tokens, which hold the token that
+  completed it (llama-cpp-python returns them; the end token is not among them). Exact, end
+  of text included, but llama-cpp-python 0.3.36 then generates about 5x slower (measured: 7
+  to 9 against 38 to 48 tokens/s on SmolLM2-135M, 2 busy cores). Without tokens in the answer, as ``stripped``.
+* ``auto`` (the default): the first call that sends stop strings first asks the server, with
+  two greedy requests on its first prompt: one token without stop strings, then the same
+  with that token's text as the stop string. The text back (or a named stop) means
+  ``reported``; an empty text with an unexplained ``"stop"`` means ``stripped``; anything
+  else (an empty first token, a server whose greedy tokens differ) keeps ``reported``, with
+  a warning. The two requests count in ``requests_sent``, not in ``tokens_generated``.
 
 Failures: HTTP 429 and 5xx, timeouts and refused or dropped connections are retried with
 exponential backoff (``backoff * 2**attempt`` seconds, capped at 30, honouring a numeric
@@ -37,14 +66,24 @@ import socket
 import time
 import urllib.error
 import urllib.request
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.generate.base import Completion, check_sampling, check_stop, sample_seed
+from prmkit.generate.base import Completion, check_sampling, check_stop, find_stop, sample_seed
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+STOP_MODES = ("auto", "reported", "stripped", "logprobs")
+STOP_HELP = ("how the server returns a matched stop string, which decides what a finish "
+             "'stop' that names none means: reported (kept or named, as vLLM, SGLang and "
+             "llama-server do: it is an end of text), stripped (cut and not named, as "
+             "llama-cpp-python's server and OpenAI's API do: it is the first stop string "
+             "sent, the step separator), logprobs (as stripped, but read from the tokens the "
+             "server returns with logprobs, so an end of text is told apart; about 5x slower "
+             "on llama-cpp-python), auto (ask the server once with two one-token greedy "
+             "requests: reported or stripped)")
 
 
 @dataclass
@@ -61,12 +100,16 @@ class OpenAIConfig:
     concurrency: int = field(default=8, metadata={"help": "requests in flight at once"})
     extra: dict[str, Any] = field(default_factory=lambda: {"include_stop_str_in_output": True},
                                   metadata={"help": "more fields for every request body"})
+    stop_strings: str = field(default="auto", metadata={"help": STOP_HELP})
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
             raise PrmkitError(f"base_url must start with http:// or https://, got {self.base_url!r}")
         if self.timeout <= 0 or self.retries < 0 or self.backoff < 0 or self.concurrency < 1:
             raise PrmkitError("timeout and concurrency must be positive, retries and backoff >= 0")
+        if self.stop_strings not in STOP_MODES:
+            raise PrmkitError(f"stop_strings must be one of {', '.join(STOP_MODES)}, "
+                              f"got {self.stop_strings!r}")
 
 
 class OpenAIGenerator:
@@ -77,12 +120,20 @@ class OpenAIGenerator:
         self.url = config.base_url.rstrip("/") + "/completions"
         self.tokens_generated = 0
         self.requests_sent = 0
+        # how an unexplained "stop" is read; "auto" is settled by probe() on first use
+        self.stop_mode = None if config.stop_strings == "auto" else config.stop_strings
 
     def generate(self, prompts: Sequence[str], n: int = 1, stop: Sequence[str] = (),
                  max_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
                  seed: int | None = None) -> list[list[Completion]]:
         check_sampling(n, max_tokens, temperature, top_p, seed)
         stop = check_stop(stop)
+        if stop and self.stop_mode is None and prompts:
+            self.stop_mode = self.probe(prompts[0])
+        mode = self.stop_mode or "reported"
+        if mode == "stripped" and any(not s.startswith(stop[0]) for s in stop):
+            warnings.warn(f"stop strings {stop!r}: on a server that strips them, one that does "
+                          f"not begin with {stop[0]!r} is read as {stop[0]!r} when it matches")
         bodies = []
         for prompt in prompts:
             for k in range(n):
@@ -91,11 +142,34 @@ class OpenAIGenerator:
                         "seed": sample_seed(seed, prompt, k), **self.config.extra}
                 if stop:
                     body["stop"] = stop
+                    if mode == "logprobs":
+                        body["logprobs"] = 0
                 bodies.append(body)
         with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool:
-            flat = list(pool.map(lambda b: self._completion(self._post(b), stop), bodies))
+            flat = list(pool.map(lambda b: read_completion(self._post(b), stop, mode), bodies))
         self.tokens_generated += sum(c.n_tokens for c in flat)
         return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def probe(self, prompt: str) -> str:
+        """Whether this server keeps or names a matched stop string (``"reported"``) or cuts it
+        unnamed (``"stripped"``), asked with two greedy requests on ``prompt`` (the module
+        docstring, ``auto``)."""
+        body = {"model": self.config.model, "prompt": prompt, "n": 1, "max_tokens": 1,
+                "temperature": 0.0, "top_p": 1.0, "seed": 0, **self.config.extra}
+        first = read_completion(self._post(body), [], "reported")
+        token = first.text
+        if token:
+            # max_tokens 2: a server that missed the stop string says so with a longer text
+            again = read_completion(self._post({**body, "max_tokens": 2, "stop": [token]}),
+                                    [token], "reported")
+            if again.finish_reason == "stop":
+                return "reported"
+            if again.finish_reason == "eos" and not again.text:
+                return "stripped"
+        warnings.warn(f"{self.url}: could not tell whether the server strips stop strings "
+                      f"(its first greedy token, {token!r}, did not come back as a stop string); "
+                      f"reading them as reported: say --stop-strings stripped or reported")
+        return "reported"
 
     # ------------------------------------------------------------------------------ HTTP
 
@@ -126,32 +200,52 @@ class OpenAIGenerator:
             time.sleep(_delay(self.config.backoff, attempt, retry_after))
         raise AssertionError("unreachable")
 
-    @staticmethod
-    def _completion(answer: dict[str, Any], stop: list[str]) -> Completion:
-        try:
-            choice = answer["choices"][0]
-            text = choice.get("text") or ""
-            finish = choice.get("finish_reason")
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise PrmkitError(f"unexpected answer from the server (no choices[0].text): "
-                              f"{json.dumps(answer)[:200]}") from None
-        usage = answer.get("usage") or {}
-        n_tokens = int(usage.get("completion_tokens") or 0)
-        prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        if finish == "length":
-            return Completion(text, n_tokens, "length", prompt_tokens=prompt_tokens)
-        if finish != "stop":  # "eos" (some servers), or a server-side end
-            return Completion(text, n_tokens, "eos", prompt_tokens=prompt_tokens)
-        matched = next((s for s in stop if text.endswith(s)), None)
-        if matched is None:
-            for key in ("stop_reason", "matched_stop", "stopping_word"):
-                value = choice.get(key, answer.get(key))
-                if isinstance(value, str) and value in stop:
-                    matched, text = value, text + value
-                    break
-        if matched is not None:
-            return Completion(text, n_tokens, "stop", matched, prompt_tokens=prompt_tokens)
+def read_completion(answer: dict[str, Any], stop: list[str], mode: str = "reported") -> Completion:
+    """One answer of the completions endpoint as a :class:`Completion`; ``mode`` says how an
+    unexplained ``"stop"`` is read (``stop_strings`` in the module docstring)."""
+    try:
+        choice = answer["choices"][0]
+        text = choice.get("text") or ""
+        finish = choice.get("finish_reason")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise PrmkitError(f"unexpected answer from the server (no choices[0].text): "
+                          f"{json.dumps(answer)[:200]}") from None
+    usage = answer.get("usage") or {}
+    n_tokens = int(usage.get("completion_tokens") or 0)
+    prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    if finish == "length":
+        return Completion(text, n_tokens, "length", prompt_tokens=prompt_tokens)
+    if finish != "stop":  # "eos" (some servers), or a server-side end
         return Completion(text, n_tokens, "eos", prompt_tokens=prompt_tokens)
+    matched = next((s for s in stop if text.endswith(s)), None)
+    if matched is None:
+        for key in ("stop_reason", "matched_stop", "stopping_word"):
+            value = choice.get(key, answer.get(key))
+            if isinstance(value, str) and value in stop:
+                matched, text = value, text + value
+                break
+    if matched is None and stop and mode != "reported":
+        matched = unnamed_stop(choice, text, usage, stop, mode)
+        if matched is not None:
+            text += matched
+    if matched is not None:
+        return Completion(text, n_tokens, "stop", matched, prompt_tokens=prompt_tokens)
+    return Completion(text, n_tokens, "eos", prompt_tokens=prompt_tokens)
+
+
+def unnamed_stop(choice: dict[str, Any], text: str, usage: dict[str, Any], stop: list[str],
+                 mode: str) -> str | None:
+    """The stop string behind a ``"stop"`` that neither the text nor the answer names, on a
+    server that strips them (mode ``stripped`` or ``logprobs``); None for an end of text."""
+    if mode == "logprobs":
+        logprobs = choice.get("logprobs")
+        tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+        if isinstance(tokens, list) and all(isinstance(t, str) for t in tokens):
+            found = find_stop("".join(tokens), stop)   # the token that completed it is there
+            return None if found is None else found[1]
+    if not text and "completion_tokens" in usage and not usage["completion_tokens"]:
+        return None                                    # nothing generated: no stop string
+    return stop[0]
 
 
 def _error_message(e: urllib.error.HTTPError) -> str:

@@ -91,6 +91,12 @@ def card(model: str, output: str, fmt: StepFormat, arch: str, bos: list[int],
         reading = (f"a hazard head: softmax(logits)[{fmt.positive_class}] at every token is "
                    f"P(no error at this token), and the score of a step is the product of these "
                    f"over the tokens 0..its read position")
+    if fmt.surprisal:
+        reading = ("a surprisal head: at every token, the logit of P(no error at this token) "
+                   "is the two classes' difference plus the next outputs (gates) times features "
+                   "of the LM's distribution at the token before (the final hidden state times "
+                   "the input embeddings; see the snippet); the score of a step is the product "
+                   "of these probabilities over the tokens 0..its read position")
     task = "text-generation" if fmt.reading == "label-tokens" else "token-classification"
     lines = [
         "---", "library_name: transformers", f"pipeline_tag: {task}",
@@ -191,7 +197,8 @@ def snippet(output: str, fmt: StepFormat, arch: str, bos: list[int], tag_id: int
         "def step_scores(problem, steps):\n"
         "    ids, read = encode(problem, steps)\n"
         "    with torch.no_grad():\n"
-        + (hazard_read(fmt.positive_class) if fmt.hazard else
+        + (surprisal_read(fmt.positive_class) if fmt.surprisal else
+           hazard_read(fmt.positive_class) if fmt.hazard else
            "        logits = model(input_ids=torch.tensor([ids])).logits[0, read].float()\n"
            f"    return {read}.tolist()\n") + "\n\n"
         "print(step_scores('What is 2 + 3?', ['2 + 3 = 5.', 'The answer is 5.']))\n")
@@ -202,3 +209,21 @@ def hazard_read(p: int) -> str:
     return ("        logits = model(input_ids=torch.tensor([ids])).logits[0].float()\n"
             f"    keep = torch.nn.functional.logsigmoid(logits[:, {p}] - logits[:, {1 - p}])\n"
             "    return keep.cumsum(0)[read].clamp(max=-1e-6).exp().tolist()\n")
+
+
+def surprisal_read(p: int) -> str:
+    """The snippet's last lines for a surprisal head (:mod:`prmkit.models.surprisal`)."""
+    from prmkit.models.surprisal import SCALE
+
+    return ("        logits = model(input_ids=torch.tensor([ids])).logits[0].float()\n"
+            "        hidden = model.base_model(input_ids=torch.tensor([ids])).last_hidden_state[0]\n"
+            "    lm = hidden[:-1].float() @ model.get_input_embeddings().weight.float().T\n"
+            "    cap = getattr(model.config.get_text_config(), 'final_logit_softcapping', None)\n"
+            "    lm = cap * torch.tanh(lm / cap) if cap else lm\n"
+            "    logp, x = lm.log_softmax(-1), torch.tensor(ids[1:])\n"
+            "    own = logp.gather(-1, x[:, None])[:, 0]\n"
+            "    z = torch.stack([own, own - logp.max(-1).values, -(logp.exp() * logp).sum(-1),\n"
+            f"                     (logp.argmax(-1) == x).float()], -1) / torch.tensor({list(SCALE)!r})\n"
+            "    z = torch.cat([torch.zeros(1, z.shape[1]), z])   # nothing predicts the first token\n"
+            f"    keep = logits[:, {p}] - logits[:, {1 - p}] + (logits[:, 2:] * z).sum(-1)\n"
+            "    return torch.nn.functional.logsigmoid(keep).cumsum(0)[read].clamp(max=-1e-6).exp().tolist()\n")

@@ -161,8 +161,10 @@ class RescoringScorer:
 # an HF PRM: reuse the key-value cache of the prefix
 
 
-def reuse_blocker(prm: Any) -> str | None:
-    """Why ``prm`` (an HFPRM) cannot reuse caches, or None when it can."""
+def reuse_blocker(prm: Any, carries_hazard: bool = False) -> str | None:
+    """Why ``prm`` (an HFPRM) cannot reuse caches, or None when it can. A hazard head can
+    when the caller carries each prefix's log S (``carries_hazard``: prefix sharing does,
+    search does not)."""
     from prmkit.models.reading import BIDIRECTIONAL
 
     config = prm.model.config
@@ -170,7 +172,7 @@ def reuse_blocker(prm: Any) -> str | None:
         return "the model attends in both directions, so earlier tokens change with later ones"
     if getattr(config, "sliding_window", None) or "sliding_attention" in (getattr(config, "layer_types", None) or ()):
         return "the model has sliding-window attention layers"
-    if prm.format.hazard:
+    if prm.format.hazard and not carries_hazard:
         return "a hazard head sums over every token of the solution, not one position per step"
     if prm.format.reading not in ("label-tokens", "classes", "value"):
         return f"reading {prm.format.reading!r} is not read at one position per step"
@@ -301,15 +303,20 @@ class CachedPass:
     probs: list[list[float]]
     real: int
     computed: int
+    log_s: Any = None    # a hazard head: every new token's log S (rows x new ids)
+    hidden: Any = None   # a surprisal head: the new tokens' final hidden states
 
 
 def cached_forward(prm: Any, seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]],
-                   pasts: Sequence[Sequence[tuple[Any, Any]]]) -> CachedPass:
+                   pasts: Sequence[Sequence[tuple[Any, Any]]],
+                   carry: Sequence[tuple[float, Any]] | None = None) -> CachedPass:
     """One forward pass of right-padded ``seqs`` through ``prm`` (an HFPRM), row ``b`` after
     its cached tokens ``pasts[b]`` (one (keys, values) pair per layer, batch 1; empty: none),
     read at the columns ``reads[b]`` of its new ids. Shorter caches are left-padded and masked,
     and each row's positions continue its own cache; with no cache at all a causal model drops
-    the mask as one-pass scoring does (right padding)."""
+    the mask as one-pass scoring does (right padding). A hazard head needs ``carry[b]``: the
+    log S of row b's cached tokens and (a surprisal head) the last one's final hidden state
+    (:meth:`prmkit.models.reading.Reader.hazard_continued`; default: no cached token)."""
     import torch
     from transformers import DynamicCache
 
@@ -340,16 +347,24 @@ def cached_forward(prm: Any, seqs: Sequence[Sequence[int]], reads: Sequence[Sequ
     device = prm.device
     rows = [b for b, cols in enumerate(reads) for _ in cols]
     flat = [c for cols in reads for c in cols]
+    log_s = hidden = None
     with torch.inference_mode():
         r = torch.tensor(rows, dtype=torch.long, device=device)
         c = torch.tensor(flat, dtype=torch.long, device=device)
-        logits = prm.reader.logits(ids.to(device), attn, r, c, cache=cache, positions=positions)
-        probs = prm.reader.probabilities(logits).float().cpu().tolist() if flat else []
+        if prm.format.hazard:
+            carry = carry or [(0.0, None)] * len(seqs)
+            log_s, hidden = prm.reader.hazard_continued(
+                ids.to(device), attn if attn is None else attn.to(device), cache, positions,
+                torch.tensor([b for b, _ in carry], device=device), [h for _, h in carry])
+            probs = log_s[r, c].clamp(max=-1e-6).exp().cpu().tolist() if flat else []
+        else:
+            logits = prm.reader.logits(ids.to(device), attn, r, c, cache=cache, positions=positions)
+            probs = prm.reader.probabilities(logits).float().cpu().tolist() if flat else []
     out, k = [], 0
     for cols in reads:
         out.append(probs[k:k + len(cols)])
         k += len(cols)
-    return CachedPass(cache, out, int(mask.sum()), ids.numel())
+    return CachedPass(cache, out, int(mask.sum()), ids.numel(), log_s, hidden)
 
 
 @dataclass(eq=False)

@@ -138,7 +138,11 @@ class Reader:
     def __init__(self, model: Any, step_format: StepFormat, bound: BoundFormat):
         self.model, self.format = model, step_format
         self.pair = [bound.positive_id, bound.negative_id]
-        self.backbone = self.lm_head = None
+        self.backbone = self.lm_head = self.surprisal = None
+        if step_format.surprisal:
+            from prmkit.models.surprisal import Surprisal
+
+            self.surprisal = Surprisal(model)
         if step_format.reading == "label-tokens":
             mc = model.config
             lm_head = model.get_output_embeddings()
@@ -149,15 +153,17 @@ class Reader:
                 self.backbone, self.lm_head = backbone, lm_head
 
     def logits(self, ids: Any, attn: Any, rows: Any, cols: Any, via: Any = None,
-               cache: Any = None, positions: Any = None) -> Any:
+               cache: Any = None, positions: Any = None, tokens: Any = None,
+               features: Any = None) -> Any:
         """Logits at (rows, cols). ``via`` runs the forward through a wrapper of the model
         (DDP must see the forward call); it then takes the full forward path. ``cache`` is a
         transformers key-value cache of the tokens before ``ids`` (extended in place;
         :mod:`prmkit.models.incremental`): ``ids`` then continue those tokens, at
         ``positions`` (position ids) when the rows' caches are left-padded; without a cache,
         ``positions`` and a 4D ``attn`` read a packed tree (:mod:`prmkit.models.treepass`).
-        ``ids`` may also be hidden states (a float tensor, batch x length x hidden) that enter the model as
-        ``inputs_embeds`` (:mod:`prmkit.train.frozen`)."""
+        ``ids`` may also be hidden states (a float tensor, batch x length x hidden) that enter
+        the model as ``inputs_embeds`` (:mod:`prmkit.train.frozen`); a surprisal head then
+        needs their token ids, ``tokens``, and may be given its stored LM ``features``."""
         model = via if via is not None else self.model
         given = {"inputs_embeds" if ids.is_floating_point() else "input_ids": ids}
         if self.format.reading == "label-tokens":
@@ -167,27 +173,67 @@ class Reader:
                 return self.lm_head(hidden[rows, cols])[:, self.pair]
             return model(**given, attention_mask=attn,
                          **cache_kwargs(model, cache, positions)).logits[rows, cols][:, self.pair]
-        out = head_logits(model(**given, attention_mask=attn,
-                                **cache_kwargs(model, cache, positions)))
-        if self.format.hazard:
-            if cache is not None:
-                raise PrmkitError("a hazard head is read over the whole sequence: it cannot "
-                                  "continue a key-value cache")
-            return self.survival(out, attn, rows, cols)
-        return out[rows, cols]
+        kwargs = dict(given, attention_mask=attn, **cache_kwargs(model, cache, positions))
+        if not self.format.hazard:
+            return head_logits(model(**kwargs))[rows, cols]
+        if cache is not None:
+            raise PrmkitError("a hazard head is read over the whole sequence: it cannot "
+                              "continue a key-value cache")
+        p = self.format.positive_class
+        if self.surprisal is not None:
+            if tokens is None and ids.is_floating_point():
+                raise PrmkitError("a surprisal head read from hidden states needs their token ids")
+            keep = self.surprisal.keep(model, kwargs, ids if tokens is None else tokens, p,
+                                       features)
+        else:
+            out = head_logits(model(**kwargs)).float()
+            keep = out[..., p] - out[..., 1 - p]
+        return self.survival(keep, attn, rows, cols)
 
-    def survival(self, logits: Any, attn: Any, rows: Any, cols: Any) -> Any:
-        """A hazard head's step logits: at every token t the head's two classes give
-        log P(no error at t) = logsigmoid(positive - negative); the step read at (row, col) has
-        log S = the sum of these over the row's tokens 0..col (masked padding adds nothing).
-        Returned as the pair [log S, log(1 - S)] in the head's class order, so softmax gives
-        S and the step cross-entropy, the probabilities and the margin work unchanged."""
+    def hazard_continued(self, ids: Any, attn: Any, cache: Any, positions: Any, before: Any,
+                         previous: Sequence[Any]) -> tuple[Any, Any]:
+        """A hazard head read on ``ids`` that continue cached tokens (prefix sharing,
+        :mod:`prmkit.models.shared`): every new token's log S (the sum of log P(no error) over
+        the row's tokens up to it), given ``before[b]``, the sum over row b's cached tokens.
+        A surprisal head reads the first new token against ``previous[b]``, the final hidden
+        state of the last cached token (None: no cached token, so the first token's features
+        are 0, as at a sequence's start). Returns (log S: rows x new, the new tokens' final
+        hidden states, or None for a plain hazard head); ``attn`` covers cache and new ids."""
         import torch
         import torch.nn.functional as F
 
         p = self.format.positive_class
-        logits = logits.float()
-        keep = F.logsigmoid(logits[..., p] - logits[..., 1 - p])
+        kwargs = dict(input_ids=ids, attention_mask=attn, **cache_kwargs(self.model, cache, positions))
+        hidden = None
+        if self.surprisal is None:
+            out = head_logits(self.model(**kwargs)).float()
+            keep = out[..., p] - out[..., 1 - p]
+        else:
+            head, hidden = self.surprisal.forward(self.model, kwargs)
+            first = torch.stack([h if h is not None else torch.zeros_like(hidden[b, 0])
+                                 for b, h in enumerate(previous)])
+            feats = self.surprisal.features(torch.cat([first[:, None], hidden], dim=1),
+                                            torch.cat([ids[:, :1], ids], dim=1))[:, 1:]
+            feats[[b for b, h in enumerate(previous) if h is None], 0] = 0.0
+            from prmkit.models.surprisal import keep_logits
+
+            keep = keep_logits(head, feats, p)
+        new = attn[:, attn.shape[1] - ids.shape[1]:] if attn is not None else torch.ones_like(ids)
+        log_keep = F.logsigmoid(keep.float()) * new.to(torch.float32)
+        return torch.cumsum(log_keep, dim=1) + before.to(log_keep)[:, None], hidden
+
+    def survival(self, keep_logits: Any, attn: Any, rows: Any, cols: Any) -> Any:
+        """A hazard head's step logits from every token's keep logit (for a plain hazard head
+        the two classes' difference, positive - negative): log P(no error at t) =
+        logsigmoid(keep logit); the step read at (row, col) has log S = the sum of these over
+        the row's tokens 0..col (masked padding adds nothing). Returned as the pair
+        [log S, log(1 - S)] in the head's class order, so softmax gives S and the step
+        cross-entropy, the probabilities and the margin work unchanged."""
+        import torch
+        import torch.nn.functional as F
+
+        p = self.format.positive_class
+        keep = F.logsigmoid(keep_logits.float())
         if attn is not None:
             keep = keep * attn.to(keep.dtype)
         log_s = torch.cumsum(keep, dim=1)[rows, cols].clamp(max=-1e-6)

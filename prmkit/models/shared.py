@@ -19,11 +19,10 @@ server, the solutions of one micro-batch with the same problem) are read as a tr
 3. **each candidate's suffix**: its own ids after its deepest node, read after that node.
 
 A node reads the scores of its own steps (the same for every candidate below it). **How the
-tree is read**: where the model's attention takes a custom mask (transformers' ``sdpa`` and
-``eager``), each tree is a row of one pass under a tree-attention mask, many groups a pass
-(:mod:`prmkit.models.treepass`; on a CPU every pass costs the reading of all the weights, so
-one pass instead of one per depth is much of the gain); otherwise a depth at a time, each node
-on its parent's key-value cache, then the suffixes on their nodes' caches
+tree is read**: where the model's attention takes a custom mask (``sdpa``, ``eager``), each
+tree is a row of one pass under a tree-attention mask, many groups a pass (:mod:`prmkit.models.treepass`;
+on a CPU every pass costs the reading of all the weights); otherwise a depth at a time, each
+node on its parent's key-value cache, then the suffixes on their nodes' caches
 (:func:`prmkit.models.incremental.cached_forward`, the machinery search uses).
 
 Why it is exact. A causal model's output at a position depends only on the ids up to it, and
@@ -34,8 +33,13 @@ under ``whole`` (Math-Shepherd, Qwen, RLHFlow: :mod:`prmkit.wholetext`) a tokeni
 across the boundary, so each candidate is checked. A candidate whose ids do not begin with the
 prefix's (or a node whose ids do not begin with its parent's) is a **fallback**, counted: it
 reuses the ids both share (``partial``) or, sharing none, is read whole. Reads inside the
-shared ids are taken from the prefix's part at the same positions. Scores equal one-pass scoring to ~1e-6 in float32 (the order of the
-sums in attention differs); in bfloat16 they move by the batch make-up, as one-pass scores do.
+shared ids are taken from the prefix's part at the same positions. Scores equal one-pass
+scoring to ~1e-6 in float32 (the order of the sums in attention differs); in bfloat16 they
+move by the batch make-up, as one-pass scores do.
+
+A hazard head (``--head hazard``, ``surprisal``) sums along each token's path: read a depth at a
+time, a node keeps its log S (and a surprisal head its final hidden state) at each position,
+and a row continuing it after ``past`` ids starts from those at ``past - 1``.
 
 What cannot share falls back to plain one-pass scoring: a PRM that is not an HF model or cannot
 reuse a cache (:func:`prmkit.models.incremental.reuse_blocker`: bidirectional models, sliding
@@ -43,8 +47,8 @@ windows, the implicit PRM), records without a group, and groups of one.
 
 Accounting (:class:`ShareStats`): ``plain`` is what one-pass scoring feeds (every candidate's
 ids), ``computed`` what this feeds (each node once, or once per tree row that needs it, each
-suffix, the candidates read whole); ``saved = plain - computed``. Both count real tokens, padding excluded; ``padded`` counts the
-padded size of every pass.
+suffix, the candidates read whole); ``saved = plain - computed``. Both count real tokens,
+padding excluded; ``padded`` counts the padded size of every pass.
 
 Memory. Groups are taken a token budget of their prefixes at a time (:meth:`HFPRM.batches`)
 and read before the next groups. A pass holds rows x (cached + new) tokens within a quarter of
@@ -60,46 +64,20 @@ from typing import Any, Hashable, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.models.incremental import (cached_forward, common_prefix_length, head_ids,
                                         reuse_blocker)
+from prmkit.models.sharestats import ShareStats
 from prmkit.models.treepass import (ROW_TOKENS, Segment, joined, pack_blocker, share_rows,
                                      split_rows, tree_forward)
 from prmkit.stepformat import Encoded
 
-
-@dataclass
-class ShareStats:
-    """What prefix sharing computed and saved (real tokens; see the module docstring)."""
-
-    groups: int = 0           # groups whose prefix was computed once
-    candidates: int = 0       # candidates scored on a prefix's cache (fallbacks included)
-    alone: int = 0            # candidates read whole: no group, a group of one, no reuse
-    fallbacks: int = 0        # candidates whose ids do not begin with their prefix's ids
-    partial: int = 0          # ... of which reused the cache of the ids both share
-    plain: int = 0            # tokens one-pass scoring feeds: every candidate whole
-    computed: int = 0         # tokens fed here: prefixes once, suffixes, candidates alone
-    padded: int = 0           # rows x width of every pass
-    forwards: int = 0
-
-    @property
-    def saved(self) -> int:
-        return self.plain - self.computed
-
-    def summary(self) -> str:
-        share = self.computed / self.plain if self.plain else 1.0
-        return (f"prefix sharing: computed {self.computed} of {self.plain} tokens ({share:.1%}), "
-                f"saved {self.saved}; {self.groups} groups, {self.candidates} candidates on a "
-                f"shared prefix, {self.alone} read whole, {self.fallbacks} fallbacks "
-                f"({self.partial} partial)")
-
-    def add(self, other: "ShareStats") -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+__all__ = ["SharedPrefixScorer", "ShareStats", "can_share", "group_prefix", "has_groups",
+           "score_by_problem", "score_shared"]
 
 
 def can_share(prm: Any) -> bool:
     """True when ``prm`` is an HF PRM that can reuse a key-value cache."""
     from prmkit.models.hf import HFPRM
 
-    return isinstance(prm, HFPRM) and reuse_blocker(prm) is None
+    return isinstance(prm, HFPRM) and reuse_blocker(prm, carries_hazard=True) is None
 
 
 def has_groups(records: Sequence[Any]) -> bool:
@@ -145,6 +123,8 @@ class _Node:
     reads: set[int] = field(default_factory=set)
     kv: list[tuple[Any, Any]] | None = None
     probs: dict[int, float] = field(default_factory=dict)
+    log_s: Any = None     # a hazard head: log S at each position of its own part
+    hidden: Any = None    # a surprisal head: the final hidden state there
 
 
 @dataclass(eq=False)
@@ -167,9 +147,10 @@ class SharedPrefixScorer:
     """Scores groups of solutions on their shared prefixes (see the module docstring)."""
 
     def __init__(self, prm: Any, stats: ShareStats | None = None):
-        why = reuse_blocker(prm)
+        why = reuse_blocker(prm, carries_hazard=True)
         if why is not None:
             raise PrmkitError(f"this PRM cannot share a prefix's key-value cache: {why}")
+        self.hazard = bool(prm.format.hazard)
         self.prm = prm
         self.stats = stats if stats is not None else ShareStats()
         self.budget = max(1024, prm.config.token_budget // 4)
@@ -196,8 +177,8 @@ class SharedPrefixScorer:
                 self._read_nodes([n for n in nodes if n.depth == depth])
             leaves = sorted((leaf for t in part for leaf in t.leaves), key=lambda x: -x.past)
             self._read_leaves(leaves, encs, out)
-            for n in nodes:
-                n.kv = None   # this batch's caches go before the next batch is read
+            for n in nodes:   # this batch's caches go before the next batch is read
+                n.kv = n.log_s = n.hidden = None
         return [row if row is not None else [] for row in out]
 
     def plan(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
@@ -348,7 +329,8 @@ class SharedPrefixScorer:
             reads = [sorted(n.reads) for n in batch]
             res = cached_forward(self.prm, [n.ids[n.past:] for n in batch],
                                  [[p - n.past for p in r] for n, r in zip(batch, reads)],
-                                 [_cut(n.parent.kv, n.past) if n.parent else [] for n in batch])
+                                 [_cut(n.parent.kv, n.past) if n.parent else [] for n in batch],
+                                 self._carry([(n.parent, n.past) for n in batch]))
             self._count(res.real, res.computed)
             width = max(n.past for n in batch)
             for b, (n, r) in enumerate(zip(batch, reads)):
@@ -356,6 +338,26 @@ class SharedPrefixScorer:
                 n.kv = [(layer.keys[b:b + 1, :, a:z].clone(), layer.values[b:b + 1, :, a:z].clone())
                         for layer in res.cache.layers]
                 n.probs = dict(zip(r, res.probs[b]))
+                if res.log_s is not None:
+                    n.log_s = res.log_s[b, :len(n.ids) - n.past].clone()
+                if res.hidden is not None:
+                    n.hidden = res.hidden[b, :len(n.ids) - n.past].clone()
+
+    def _carry(self, where: list[tuple[_Node | None, int]]) -> list[tuple[float, Any]] | None:
+        """A hazard head's carry for rows that continue ``node``'s chain after ``past`` ids:
+        log S and the final hidden state at position past - 1 (:func:`cached_forward`)."""
+        if not self.hazard:
+            return None
+        out: list[tuple[float, Any]] = []
+        for node, past in where:
+            if node is None or past == 0:
+                out.append((0.0, None))
+                continue
+            holder = _covering(node, past - 1)
+            j = past - 1 - holder.past
+            out.append((float(holder.log_s[j]),
+                        holder.hidden[j] if holder.hidden is not None else None))
+        return out
 
     def _read_leaves(self, leaves: list[_Leaf], encs: Sequence[Encoded],
                      out: list[list[float | None] | None]) -> None:
@@ -367,7 +369,8 @@ class SharedPrefixScorer:
             if todo:
                 res = cached_forward(self.prm, [encs[x.i].input_ids[x.past:] for x in todo],
                                      [[p - x.past for p in encs[x.i].read_positions if p >= x.past]
-                                      for x in todo], [_cut(x.node.kv, x.past) for x in todo])
+                                      for x in todo], [_cut(x.node.kv, x.past) for x in todo],
+                                     self._carry([(x.node, x.past) for x in todo]))
                 self._count(res.real, res.computed)
                 after = {x.i: row for x, row in zip(todo, res.probs)}
             for x in batch:

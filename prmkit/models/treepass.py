@@ -70,6 +70,8 @@ class TreePass:
 
 def pack_blocker(prm: Any) -> str | None:
     """Why ``prm`` (an HFPRM that can reuse caches) cannot read a tree in one pass, or None."""
+    if prm.format.hazard:
+        return "a hazard head sums along each token's own path, which only the depth-wise passes carry"
     config = prm.model.config
     impl = getattr(config, "_attn_implementation", None) or "eager"
     if impl not in MASKED_ATTENTION:

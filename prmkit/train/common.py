@@ -19,7 +19,7 @@ from prmkit.models import folder as modeldir
 from prmkit.models.folder import resolve_model_path
 from prmkit.train.loop import Example, LoopConfig, trainable_names
 
-HEADS = ("class", "label-tokens", "hazard")
+HEADS = ("class", "label-tokens", "hazard", "surprisal")
 
 # objective(examples, device, via) -> the loss of one batch; ``via`` is the wrapped model under
 # DDP (the forward must go through it), else None. Loop calls it under autocast.
@@ -58,9 +58,9 @@ class TrainConfig:
 def training_format(name: str, head: str) -> StepFormat:
     """The preset with its reading set by ``head``: what the trained model will store."""
     fmt = get_format(name)
-    if head in ("class", "hazard"):
+    if head in ("class", "hazard", "surprisal"):
         return dataclasses.replace(fmt, reading="classes", positive_class=1,
-                                   hazard=head == "hazard")
+                                   hazard=head != "class", surprisal=head == "surprisal")
     return dataclasses.replace(fmt, reading="label-tokens", positive=fmt.positive or "+",
                                negative=fmt.negative or "-")
 
@@ -74,14 +74,16 @@ def auc(labels: Sequence[float], scores: Sequence[float]) -> float | None:
 
 def load_base(cfg: Any, fmt: StepFormat) -> tuple[Any, Any]:
     """(model, tokenizer) of ``cfg.base`` in float32 with the head ``fmt`` reads (a new 2-class
-    head seeded from ``cfg.loop.seed``)."""
+    head, or a surprisal head's classes and gates, seeded from ``cfg.loop.seed``)."""
     import torch
     from transformers import AutoTokenizer
 
+    from prmkit.models.surprisal import OUTPUTS
+
     path = resolve_model_path(cfg.base)
     torch.manual_seed(cfg.loop.seed)  # the new head's initialisation
-    model, _ = modeldir.load_model(path, modeldir.architecture_of(fmt.reading),
-                                   2 if fmt.reading == "classes" else None,
+    labels = (OUTPUTS if fmt.surprisal else 2) if fmt.reading == "classes" else None
+    model, _ = modeldir.load_model(path, modeldir.architecture_of(fmt.reading), labels,
                                    torch.float32)  # bfloat16 runs as autocast
     tokenizer = AutoTokenizer.from_pretrained(path)
     if model.config.pad_token_id is None:
@@ -142,7 +144,8 @@ def _card_lines(cfg: Any, fmt: StepFormat, kind: str, metrics: dict[str, Any], n
     return [
         f"A {'process' if kind == 'prm' else 'outcome'} reward model trained with prmkit.", "",
         f"- base model: `{cfg.base}`; trained: `{cfg.loop.train}`"
-        + (f" (last {cfg.loop.last_k} layers + head)" if cfg.loop.train == "last-k" else ""),
+        + ((f" (last {cfg.loop.last_k} layers + head)" if cfg.loop.last_k else " (the head alone)")
+           if cfg.loop.train == "last-k" else ""),
         f"- step format: `{fmt.name}`, reading `{fmt.reading}`",
         f"- training data: `{cfg.data}` ({n_train} sequences); dev data: "
         f"`{cfg.eval_data}` ({n_dev} records)",

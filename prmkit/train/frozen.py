@@ -6,7 +6,8 @@ are frozen, so their output for a training sequence is the same at every epoch. 
 optimiser step runs only the k trained layers and the head on the stored hidden states (passed
 to the model as ``inputs_embeds`` while its layer list holds only the top k). An epoch then costs
 about k / L of a forward and the backward through the k layers; the cache itself costs one
-forward of the frozen layers, so it pays from the second epoch on.
+forward of the frozen layers, so it pays from the second epoch on. With ``--last-k 0`` (the
+head alone) the stored states are the body's final output and an epoch costs only the head.
 
 The frozen layers' outputs are read from a whole forward (``output_hidden_states``), which
 costs k / L more than the frozen layers alone and needs nothing of the model's internals.
@@ -42,17 +43,27 @@ class FrozenLayers:
         self.all = layers
         self.k = last_k
         self.hidden: dict[int, Any] = {}
+        if last_k == 0 and not hasattr(self.base, "norm"):
+            raise PrmkitError(f"--cache-frozen with --last-k 0: {type(model).__name__} keeps its "
+                              f"final norm elsewhere than .norm; train without --cache-frozen")
 
     @contextmanager
     def top(self) -> Iterator[None]:
-        """The model's layer list cut to its trained top k layers."""
+        """The model's layer list cut to its trained top k layers. With k = 0 the stored states
+        are the body's final output, so the final norm is left out too: the forward is then the
+        head alone."""
         import torch
 
-        self.base.layers = torch.nn.ModuleList(self.all[len(self.all) - self.k:])
+        norm = getattr(self.base, "norm", None)
+        self.base.layers = torch.nn.ModuleList(self.all[len(self.all) - self.k:] if self.k else [])
+        if self.k == 0:
+            self.base.norm = torch.nn.Identity()
         try:
             yield
         finally:
             self.base.layers = self.all
+            if self.k == 0:
+                self.base.norm = norm
 
     def bottom_hidden(self, seqs: Sequence[Example], pad: int, device: Any) -> list[Any]:
         """The frozen layers' output of each sequence (float32, its own length)."""
@@ -65,7 +76,7 @@ class FrozenLayers:
             # entry i of the hidden states is the input of layer i (the last entry alone may
             # come after the final norm), so entry L - k is what the top k layers take in
             out = self.base(input_ids=ids.to(device), output_hidden_states=True)
-        h = out.hidden_states[len(self.all) - self.k]
+        h = out.hidden_states[len(self.all) - self.k] if self.k else out.last_hidden_state
         return [h[b, :len(e.input_ids)].float() for b, e in enumerate(seqs)]
 
     def build(self, examples: Sequence[Example], budget: int, pad: int, device: Any,
@@ -108,6 +119,7 @@ class CachedSteps:
     def __init__(self, objective: Any, frozen: FrozenLayers, examples: Sequence[Example],
                  budget: int, autocast: bool):
         self.objective, self.frozen, self.checked = objective, frozen, False
+        self.stored: dict[int, Any] = {}   # id(example) -> its LM features (see features)
         self.examples, self.budget, self.autocast = examples, budget, autocast
 
     def __call__(self, exs: list[Example], device: Any, via: Any) -> Any:
@@ -117,10 +129,40 @@ class CachedSteps:
             self.check(exs, device)
             self.frozen.build(self.examples, self.budget, self.objective.pad, device,
                               self.autocast)
+            self.stored.clear()   # made from the check's states; the built ones replace them
         rows, cols = read_index(exs, device)
         with self.frozen.top():
-            logits = self.objective.reader.logits(self.frozen.embeds(exs, device), None, rows, cols)
+            logits = self.objective.reader.logits(self.frozen.embeds(exs, device), None, rows, cols,
+                                                  tokens=self.tokens(exs, device),
+                                                  features=self.features(exs, device))
         return self.objective.loss(logits, exs, device)
+
+    def features(self, exs: list[Example], device: Any) -> Any:
+        """A surprisal head on a frozen body (``--last-k 0``): each token's LM features are
+        the same at every epoch, so they are computed once per sequence, in float32, from its
+        stored final states, and padded like them; None otherwise (the head computes them)."""
+        import torch
+
+        surprisal = self.objective.reader.surprisal
+        if surprisal is None or self.frozen.k:
+            return None
+        for e in exs:
+            if id(e) not in self.stored:
+                with torch.no_grad(), torch.autocast(device.type, enabled=False):
+                    ids = torch.tensor([e.input_ids], device=device)
+                    self.stored[id(e)] = surprisal.features(self.frozen.hidden[id(e)][None], ids)[0]
+        width = max(len(e.input_ids) for e in exs)
+        out = torch.zeros(len(exs), width, self.stored[id(exs[0])].shape[-1], device=device)
+        for b, e in enumerate(exs):
+            out[b, :len(e.input_ids)] = self.stored[id(e)]
+        return out
+
+    def tokens(self, exs: list[Example], device: Any) -> Any:
+        """The token ids of ``exs``, right-padded as their stored hidden states are (a
+        surprisal head reads them)."""
+        from prmkit.models.reading import pad_right
+
+        return pad_right([e.input_ids for e in exs], self.objective.pad)[0].to(device)
 
     def check(self, exs: list[Example], device: Any) -> None:
         """The cached forward against the uncached one, on this batch, in float32."""
@@ -136,7 +178,9 @@ class CachedSteps:
             hidden = self.frozen.bottom_hidden(exs, self.objective.pad, device)
             self.frozen.hidden.update({id(e): h for e, h in zip(exs, hidden)})
             with self.frozen.top():
-                cached = reader.logits(self.frozen.embeds(exs, device), None, rows, cols).float()
+                cached = reader.logits(self.frozen.embeds(exs, device), None, rows, cols,
+                                       tokens=self.tokens(exs, device),
+                                       features=self.features(exs, device)).float()
         model.train(was)
         gap = float((full - cached).abs().max())
         if not gap <= TOLERANCE:

@@ -54,7 +54,9 @@ class LoopConfig:
 
     train: str = field(default="last-k", metadata={
         "help": "what trains: last-k (last k layers + final norm + head), lora, or full"})
-    last_k: int = field(default=2, metadata={"help": "layers trained by --train last-k"})
+    last_k: int = field(default=2, metadata={
+        "help": "layers trained by --train last-k, with the final norm and the head (0: the head "
+                "alone, the whole body frozen)"})
     lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (scale = alpha / r)"})
     epochs: int = field(default=1, metadata={"help": "passes over the training data"})
@@ -80,9 +82,11 @@ class LoopConfig:
     def __post_init__(self) -> None:
         if self.train not in TRAIN_MODES:
             raise PrmkitError(f"--train {self.train!r} is not one of {', '.join(TRAIN_MODES)}")
-        for name in ("last_k", "lora_r", "epochs", "batch_tokens", "grad_accum"):
+        for name in ("lora_r", "epochs", "batch_tokens", "grad_accum"):
             if getattr(self, name) < 1:
                 raise PrmkitError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.last_k < 0:
+            raise PrmkitError("--last-k must be 0 (the head alone) or more")
         if self.max_steps is not None and self.max_steps < 1:
             raise PrmkitError("--max-steps must be at least 1")
         if self.eval_every is not None and self.eval_every < 1:
@@ -174,13 +178,17 @@ def set_trainable(model: Any, cfg: LoopConfig) -> Any:
         raise PrmkitError(f"--last-k {cfg.last_k}: the model has only {len(layers)} layers")
     for p in model.parameters():
         p.requires_grad_(False)
-    for module in list(layers[-cfg.last_k:]) + ([norm] if norm is not None else []):
+    top = list(layers[len(layers) - cfg.last_k:]) if cfg.last_k else []
+    for module in top + ([norm] if norm is not None and top else []):
         for p in module.parameters():
             p.requires_grad_(True)
     heads = set(head_names(model))
     for n, p in model.named_parameters():
         if n in heads:
             p.requires_grad_(True)
+    if not any(p.requires_grad for p in model.parameters()):
+        raise PrmkitError("--last-k 0 trains the classification head alone, and this model has "
+                          "none (label tokens are read through the LM head, which stays frozen)")
     return model
 
 

@@ -20,7 +20,9 @@ Heads (``head``):
                     the same first-error step labels). A wrong step's evidence (a result the
                     calculation does not give, an operation the problem does not say) sits at
                     the tokens where it happens, and every later step inherits it, as the
-                    first-error labels do; a head read only at the tags must learn both.
+                    first-error labels do; a head read only at the tags must learn both;
+  ``surprisal``     the hazard head that also reads the LM's surprise at every token, weighed
+                    by the token's state (:mod:`prmkit.models.surprisal`; tied embeddings).
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ class PRMTrainConfig(TrainConfig):
         "help": "dev records for validation; default: none (fitness from training loss)"})
     head: str = field(default="class", metadata={
         "help": "class (2-class head read at each step's tag), label-tokens (the LM head's + "
-                "and - logits), or hazard (the 2-class head at every token as P(no error "
-                "here), a step's score their product up to its tag)"})
+                "and - logits), hazard (the 2-class head at every token as P(no error "
+                "here), a step's score their product up to its tag), or surprisal (hazard "
+                "that also reads how surprised the LM is by each token; needs tied embeddings)"})
     labels: str = field(default="hard", metadata={
         "help": "hard: labels >= 0.5 are 1, else 0; soft: train against [p, 1-p] as given"})
     until_first_error: bool = field(default=False, metadata={
@@ -151,24 +154,33 @@ def step_examples(records: Sequence[Record], bound: BoundFormat, max_length: int
     return out, skipped
 
 
-def init_hazard_head(model: Any, examples: Sequence[Example]) -> None:
+def init_hazard_head(model: Any, examples: Sequence[Example], surprisal: bool = False) -> None:
     """Start a hazard head (``--head hazard``) where a step's score is about 1/2 at the mean
     read position L: every token's P(no error) starts at 2 ** (-1 / L) (the head's bias;
     class 1 is the positive class of a trained head), instead of 1/2 per token, which would put
-    every step's score near 0 and its loss in the tens."""
+    every step's score near 0 and its loss in the tens. The weights start at 0: random ones
+    add noise to every token's keep logit, and the sum of log-sigmoids of noisy logits falls
+    with the noise (Jensen), so a long solution would start far below 1/2. A surprisal head's
+    gates start at 0 too."""
     import math
 
     import torch
 
+    from prmkit.models.surprisal import OUTPUTS, init_gates
+
     head = next((getattr(model, n) for n in HEAD_MODULES
                  if isinstance(getattr(model, n, None), torch.nn.Linear)), None)
-    if head is None or head.bias is None or head.out_features != 2:
-        raise PrmkitError(f"--head hazard needs a 2-class linear head with a bias; "
-                          f"{type(model).__name__} has none")
+    outputs = OUTPUTS if surprisal else 2
+    if head is None or head.bias is None or head.out_features != outputs:
+        raise PrmkitError(f"--head {'surprisal' if surprisal else 'hazard'} needs a linear head "
+                          f"of {outputs} outputs with a bias; {type(model).__name__} has none")
     reads = [p + 1 for e in examples for p in e.read_positions]
     keep = 2.0 ** (-1.0 / max(1.0, sum(reads) / max(1, len(reads))))
     with torch.no_grad():
-        head.bias.copy_(torch.tensor([0.0, math.log(keep / (1.0 - keep))]))
+        head.weight.zero_()
+        head.bias[:2].copy_(torch.tensor([0.0, math.log(keep / (1.0 - keep))]))
+    if surprisal:
+        init_gates(head)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,7 +240,7 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
         print(f"train: {skipped} of {len(train_records)} records have no labelled step that "
               f"fits and are not used", file=sys.stderr)
     if fmt.hazard:
-        init_hazard_head(model, examples)
+        init_hazard_head(model, examples, fmt.surprisal)
     model = set_trainable(model, cfg.loop)
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     print(f"train: {len(examples)} sequences, {sum(len(e.targets) for e in examples)} labelled "
