@@ -45,9 +45,14 @@ OUTPUTS = 2 + len(FEATURES)      # the head's outputs: two classes, one gate per
 CHUNK = 1024                     # tokens per vocabulary projection (x vocabulary floats)
 
 
+def text_config(model: Any) -> Any:
+    """The config of the model's language part (a multimodal config holds it inside)."""
+    return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+
+
 def check_tied(model: Any) -> None:
     """Refuse a model whose LM head is not its input embedding matrix."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = text_config(model)
     if not getattr(config, "tie_word_embeddings", False):
         raise PrmkitError(f"--head surprisal reads the LM's next-token distribution through the "
                           f"input embedding matrix, so it needs a base with tied embeddings "
@@ -116,7 +121,7 @@ class Surprisal:
         self.backbone = getattr(model, getattr(model, "base_model_prefix", "model"), None)
         if self.backbone is None:
             raise PrmkitError(f"--head surprisal: {type(model).__name__} has no base model")
-        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        config = text_config(model)
         self.softcap = getattr(config, "final_logit_softcapping", None)
 
     def features(self, hidden: Any, tokens: Any) -> Any:
