@@ -85,14 +85,15 @@ def test_padded_batches_and_masks_add_nothing_from_padding():
     assert probs == pytest.approx(want, abs=1e-5)
 
 
-def test_search_rescores_a_hazard_prm_whole_and_agrees_with_scoring():
-    from prmkit.models.incremental import prefix_scorer, reuse_blocker
+def test_search_reuses_caches_under_a_hazard_prm_and_agrees_with_scoring():
+    from prmkit.models.incremental import IncrementalPRM, prefix_scorer, reuse_blocker
 
     fmt = training_format("prmkit", "hazard")
     model = hazard_model(2)
     prm = wrap_model(model, tiny.tokenizer(), fmt, HFConfig(dtype="float32"))
-    assert "hazard" in reuse_blocker(prm)
+    assert "hazard" in reuse_blocker(prm) and reuse_blocker(prm, carries_hazard=True) is None
     scorer = prefix_scorer(prm)
+    assert isinstance(scorer, IncrementalPRM)
     full = scorer.score_full(PROBLEMS, STEPS)
     for prefix, want in zip(full, prm.score(PROBLEMS, STEPS)):
         assert prefix.scores == pytest.approx(want, abs=1e-5)

@@ -106,6 +106,34 @@ def test_incremental_equals_rescoring(fmt, make):
     assert heads + sum(n.cost for row in got for n in row) == expected
 
 
+@pytest.mark.parametrize("head", ["hazard", "surprisal"])
+@pytest.mark.parametrize("closing", [False, True])
+def test_hazard_heads_carry_their_sum_through_the_tree(head, closing):
+    """A hazard head's score sums over every token: each prefix keeps its segment's log S (and
+    a surprisal head its final hidden states), a child continues from the token before its
+    new ids, also where it reuses only part of its parent's ids (``closing``)."""
+    from test_hazard import hazard_model
+    from test_surprisal import tied_pair
+
+    from prmkit.models.load import wrap_model
+    from prmkit.train.common import training_format
+
+    model = tied_pair(3)[0] if head == "surprisal" else hazard_model(3)
+    prm = wrap_model(model, tiny.tokenizer(), training_format("prmkit", head), F32)
+    if closing:
+        prm.bound = tiny.ClosingBound(prm.bound)
+    fast, ref = IncrementalPRM(prm), RescoringScorer(prm)
+    got, want = grow(fast), grow(ref)
+    flat = []
+    for i in range(len(PROBLEMS)):
+        for j in range(len(TREE)):
+            assert got[i][j].scores == pytest.approx(want[i][j].scores, rel=1e-4, abs=1e-6)
+            flat.extend(got[i][j].scores)
+    logs = [math.log(p) for p in flat]
+    assert max(logs) - min(logs) > 0.4          # the scores differ enough to tell
+    assert (fast.partial > 0) == closing and fast.tokens < ref.tokens
+
+
 def test_whole_solutions_and_the_factory():
     prm = HFPRM(tiny.token_classifier(2), tiny.tokenizer(), PRESETS["prmkit"], F32)
     scorer = prefix_scorer(prm)

@@ -34,8 +34,8 @@ from prmkit.models.base import collect
 from prmkit.models.folder import (architecture_of, folder_format, is_delta, kind_of, load_delta,
                                   load_model, resolve_model_path)
 from prmkit.models.reading import (BIDIRECTIONAL, DTYPES, TORCH_DTYPES, HFConfig, Reader,
-                                   ScoreStats, encode_or_warn, pad_right, prefix_encodings,
-                                   token_budget_batches)
+                                   ScoreStats, bucket_batches, encode_or_warn, pad_right,
+                                   prefix_encodings, token_budget_batches)
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat
 
 # re-exported: the names library users have imported from here
@@ -111,7 +111,8 @@ class HFPRM:
         return encode_or_warn(self.bound, problem, steps, self.max_length, self.stats)
 
     def batches(self, lengths: Sequence[int]) -> list[list[int]]:
-        return token_budget_batches(lengths, self.config.token_budget)
+        """Scoring batches within the token budget, cut where padding costs least."""
+        return bucket_batches(lengths, self.config.token_budget, self.config.batch_overhead)
 
     def _forward_read(self, encs: Sequence[Encoded]) -> list[list[float]]:
         """One forward pass over right-padded sequences; the scores at each read position."""

@@ -30,7 +30,10 @@ counted in ``fallbacks`` (``partial`` counts those that still reused a part). A 
 problem's ids before the first step; under a whole-text format its last token is left out
 (the text before a step often ends in a space or newline that the step's first token takes).
 Bidirectional models (BERT-like) and models with sliding-window attention cannot reuse a
-cache at all: :func:`prefix_scorer` gives them the rescoring scorer.
+cache at all: :func:`prefix_scorer` gives them the rescoring scorer. A hazard head (``--head
+hazard`` or ``surprisal``) sums over every token, so a prefix also keeps its segment's log S
+at each token (and a surprisal head the final hidden states), and a child continues the sum
+from the token before its new ids.
 
 Batching. All items of one ``extend`` call go through the model together, in batches of at
 most a quarter of the PRM's token budget (rows x (cached + new) tokens, since every row holds a
@@ -59,6 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.models.cachedpass import CachedPass, cached_forward
 
 
 @dataclass(eq=False)
@@ -68,7 +72,9 @@ class Prefix:
     ``cost`` is the number of PRM tokens processed to create this prefix (None when the PRM
     cannot tell, e.g. a remote one). The fields after ``cost`` belong to
     :class:`IncrementalPRM`: the full ids, the cache segment covering ``ids[kv_start:]`` (one
-    ``(keys, values)`` pair per layer) and the parent whose cache covers ``ids[:kv_start]``.
+    ``(keys, values)`` pair per layer) and the parent whose cache covers ``ids[:kv_start]``;
+    under a hazard head also the segment's log S at each token and, for a surprisal head, the
+    final hidden states there, which a continuation carries on from.
     """
 
     problem: str
@@ -79,6 +85,8 @@ class Prefix:
     ids: list[int] = field(default_factory=list, repr=False)
     kv: list[tuple[Any, Any]] | None = field(default=None, repr=False)
     kv_start: int = 0
+    log_s: Any = field(default=None, repr=False)    # a hazard head: log S over the segment
+    hidden: Any = field(default=None, repr=False)   # a surprisal head: its final hidden states
 
 
 class PrefixScorer(Protocol):
@@ -106,7 +114,7 @@ def prefix_scorer(prm: Any, kv_reuse: bool = True) -> PrefixScorer:
         return prm
     from prmkit.models.hf import HFPRM
 
-    if kv_reuse and isinstance(prm, HFPRM) and reuse_blocker(prm) is None:
+    if kv_reuse and isinstance(prm, HFPRM) and reuse_blocker(prm, carries_hazard=True) is None:
         return IncrementalPRM(prm)
     return RescoringScorer(prm)
 
@@ -163,8 +171,8 @@ class RescoringScorer:
 
 def reuse_blocker(prm: Any, carries_hazard: bool = False) -> str | None:
     """Why ``prm`` (an HFPRM) cannot reuse caches, or None when it can. A hazard head can
-    when the caller carries each prefix's log S (``carries_hazard``: prefix sharing does,
-    search does not)."""
+    when the caller carries each prefix's log S (``carries_hazard``: prefix sharing's
+    depth-wise passes and :class:`IncrementalPRM` do, the tree pass does not)."""
     from prmkit.models.reading import BIDIRECTIONAL
 
     config = prm.model.config
@@ -184,7 +192,7 @@ class IncrementalPRM:
     of its prefix's key-value cache (see the module docstring)."""
 
     def __init__(self, prm: Any):
-        why = reuse_blocker(prm)
+        why = reuse_blocker(prm, carries_hazard=True)
         if why is not None:
             raise PrmkitError(f"this PRM cannot reuse its key-value cache: {why}; use the "
                               f"rescoring scorer")
@@ -210,10 +218,11 @@ class IncrementalPRM:
         for batch in self.prm.batches([len(r.ids) for r in todo]):
             group = [todo[i] for i in batch]
             # read at each row's last token (the output is not needed, only the cache)
-            cache, _ = self._forward([r.ids for r in group], [len(r.ids) - 1 for r in group],
-                                     [[] for _ in group])
+            res = self._forward([r.ids for r in group], [len(r.ids) - 1 for r in group],
+                                [[] for _ in group], None)
             for b, r in enumerate(group):
-                r.kv, r.kv_start, r.cost = _segment(cache, b, 0, len(r.ids)), 0, len(r.ids)
+                r.kv, r.kv_start, r.cost = _segment(res.cache, b, 0, len(r.ids)), 0, len(r.ids)
+                _keep_carry(r, res, b, len(r.ids))
         return roots
 
     def extend(self, items: Sequence[tuple[Prefix, str]]) -> list[Prefix]:
@@ -273,98 +282,28 @@ class IncrementalPRM:
         for m in batch:
             if m.base is not None and (id(m.base), m.past) not in pasts:
                 pasts[(id(m.base), m.past)] = _path_cache(m.base, m.past)
-        cache, probs = self._forward([m.ids for m in batch], [m.col for m in batch],
-                                     [pasts.get((id(m.base), m.past), []) for m in batch])
+        res = self._forward([m.ids for m in batch], [m.col for m in batch],
+                            [pasts.get((id(m.base), m.past), []) for m in batch],
+                            [_carried(m.base, m.past) for m in batch]
+                            if self.prm.format.hazard else None)
         width = max(m.past for m in batch)
         for b, m in enumerate(batch):
-            m.child.kv = _segment(cache, b, width, width + len(m.ids))
+            m.child.kv = _segment(res.cache, b, width, width + len(m.ids))
             m.child.kv_start = m.past
-            m.child.scores = m.child.scores + (probs[b],)
+            m.child.scores = m.child.scores + (res.probs[b][0],)
             m.child.cost = len(m.ids)
+            _keep_carry(m.child, res, b, len(m.ids))
             out[m.j] = m.child
 
-    def _forward(self, seqs: list[list[int]], cols: list[int],
-                 pasts: list[list[tuple[Any, Any]]]) -> tuple[Any, list[float]]:
-        """One forward pass (:func:`cached_forward`), reading row ``b`` at ``cols[b]``."""
-        out = cached_forward(self.prm, seqs, [[c] for c in cols], pasts)
+    def _forward(self, seqs: list[list[int]], cols: list[int], pasts: list[list[tuple[Any, Any]]],
+                 carry: list[tuple[float, Any]] | None) -> CachedPass:
+        """One forward pass (:func:`cached_forward`), reading row ``b`` at ``cols[b]``; a
+        hazard head continues from ``carry[b]`` (:func:`_carried`; None: no cached token)."""
+        out = cached_forward(self.prm, seqs, [[c] for c in cols], pasts, carry)
         self.forwards += 1
         self.tokens += out.real
         self.computed += out.computed
-        return out.cache, [p[0] for p in out.probs]
-
-
-@dataclass
-class CachedPass:
-    """What :func:`cached_forward` returns: the extended cache (rows left-padded to the
-    longest past), each row's scores at its read columns, and the tokens fed (real: padding
-    excluded; computed: rows x width of the new ids)."""
-
-    cache: Any
-    probs: list[list[float]]
-    real: int
-    computed: int
-    log_s: Any = None    # a hazard head: every new token's log S (rows x new ids)
-    hidden: Any = None   # a surprisal head: the new tokens' final hidden states
-
-
-def cached_forward(prm: Any, seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]],
-                   pasts: Sequence[Sequence[tuple[Any, Any]]],
-                   carry: Sequence[tuple[float, Any]] | None = None) -> CachedPass:
-    """One forward pass of right-padded ``seqs`` through ``prm`` (an HFPRM), row ``b`` after
-    its cached tokens ``pasts[b]`` (one (keys, values) pair per layer, batch 1; empty: none),
-    read at the columns ``reads[b]`` of its new ids. Shorter caches are left-padded and masked,
-    and each row's positions continue its own cache; with no cache at all a causal model drops
-    the mask as one-pass scoring does (right padding). A hazard head needs ``carry[b]``: the
-    log S of row b's cached tokens and (a surprisal head) the last one's final hidden state
-    (:meth:`prmkit.models.reading.Reader.hazard_continued`; default: no cached token)."""
-    import torch
-    from transformers import DynamicCache
-
-    from prmkit.models.reading import pad_right
-
-    ids, mask = pad_right(seqs, prm.pad_id)
-    lengths = [p[0][0].shape[2] if p else 0 for p in pasts]
-    width = max(lengths)
-    cache = DynamicCache(config=prm.model.config)
-    attn = positions = None
-    if width:
-        n_layers = max(len(p) for p in pasts)
-        for layer in range(n_layers):
-            k0, v0 = next(p[layer] for p in pasts if p)
-            keys = k0.new_zeros((len(seqs), k0.shape[1], width, k0.shape[3]))
-            values = v0.new_zeros((len(seqs), v0.shape[1], width, v0.shape[3]))
-            for b, p in enumerate(pasts):
-                if p:
-                    keys[b, :, width - lengths[b]:] = p[layer][0][0]
-                    values[b, :, width - lengths[b]:] = p[layer][1][0]
-            cache.update(keys, values, layer)
-        if min(lengths) < width:   # left padding in the cache: mask it, shift positions
-            left = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], dtype=torch.long)
-            attn = torch.cat([left, mask], dim=1).to(prm.device)
-            positions = (torch.tensor(lengths).unsqueeze(1) + torch.arange(ids.shape[1])).to(prm.device)
-    elif not prm.drop_mask and not bool(mask.all()):
-        attn = mask.to(prm.device)
-    device = prm.device
-    rows = [b for b, cols in enumerate(reads) for _ in cols]
-    flat = [c for cols in reads for c in cols]
-    log_s = hidden = None
-    with torch.inference_mode():
-        r = torch.tensor(rows, dtype=torch.long, device=device)
-        c = torch.tensor(flat, dtype=torch.long, device=device)
-        if prm.format.hazard:
-            carry = carry or [(0.0, None)] * len(seqs)
-            log_s, hidden = prm.reader.hazard_continued(
-                ids.to(device), attn if attn is None else attn.to(device), cache, positions,
-                torch.tensor([b for b, _ in carry], device=device), [h for _, h in carry])
-            probs = log_s[r, c].clamp(max=-1e-6).exp().cpu().tolist() if flat else []
-        else:
-            logits = prm.reader.logits(ids.to(device), attn, r, c, cache=cache, positions=positions)
-            probs = prm.reader.probabilities(logits).float().cpu().tolist() if flat else []
-    out, k = [], 0
-    for cols in reads:
-        out.append(probs[k:k + len(cols)])
-        k += len(cols)
-    return CachedPass(cache, out, int(mask.sum()), ids.numel(), log_s, hidden)
+        return out
 
 
 @dataclass(eq=False)
@@ -390,7 +329,29 @@ def release(prefix: Prefix) -> None:
     """Drop the cache segment of a prefix that will not be extended (a finished solution).
     Its ancestors' segments stay as long as other prefixes refer to them; extending it anyway
     reads it from scratch (a fallback), so this is never wrong, only slower."""
-    prefix.kv = None
+    prefix.kv = prefix.log_s = prefix.hidden = None
+
+
+def _keep_carry(prefix: Prefix, res: CachedPass, row: int, n: int) -> None:
+    """Keep what a hazard head carries on from the first ``n`` new tokens of ``row``."""
+    if res.log_s is not None:
+        prefix.log_s = res.log_s[row, :n].clone()
+    if res.hidden is not None:
+        prefix.hidden = res.hidden[row, :n].clone()
+
+
+def _carried(base: Prefix | None, past: int) -> tuple[float, Any]:
+    """A hazard head's carry for a row on the first ``past`` ids of ``base``'s path: log S and
+    the final hidden state at position past - 1, from the segment that holds it."""
+    node = base
+    while node is not None and past > 0:
+        if node.kv_start <= past - 1:
+            if node.log_s is None:
+                raise PrmkitError("internal: a prefix on the path has no log S")
+            j = past - 1 - node.kv_start
+            return float(node.log_s[j]), node.hidden[j] if node.hidden is not None else None
+        node = node.parent
+    return 0.0, None
 
 
 def head_ids(bound: Any, problem: str) -> list[int]:

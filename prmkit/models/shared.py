@@ -23,7 +23,7 @@ tree is read**: where the model's attention takes a custom mask (``sdpa``, ``eag
 tree is a row of one pass under a tree-attention mask, many groups a pass (:mod:`prmkit.models.treepass`;
 on a CPU every pass costs the reading of all the weights); otherwise a depth at a time, each
 node on its parent's key-value cache, then the suffixes on their nodes' caches
-(:func:`prmkit.models.incremental.cached_forward`, the machinery search uses).
+(:func:`prmkit.models.cachedpass.cached_forward`, the machinery search uses).
 
 Why it is exact. A causal model's output at a position depends only on the ids up to it, and
 every candidate is read on *its own* ids (``encode(problem, steps)``, as one-pass scoring
@@ -62,8 +62,8 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.models.incremental import (cached_forward, common_prefix_length, head_ids,
-                                        reuse_blocker)
+from prmkit.models.cachedpass import cached_forward
+from prmkit.models.incremental import common_prefix_length, head_ids, reuse_blocker
 from prmkit.models.sharestats import ShareStats
 from prmkit.models.treepass import (ROW_TOKENS, Segment, joined, pack_blocker, share_rows,
                                      split_rows, tree_forward)
