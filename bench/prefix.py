@@ -244,11 +244,16 @@ def tokens(args):
             rows += json.load(f)
     ms = load_hf_prm("smollm2-135m", "math-shepherd", HFConfig(dtype="bfloat16"))
     lengths = [len(ms.encode(r["problem"], r["steps"]).input_ids) for r in rows]
-    for budget in (16384, 8192):
-        batches = token_budget_batches(lengths, budget)
-        computed = sum(max(lengths[i] for i in b) * len(b) for b in batches)
+    for budget in (16384, 8192):   # the greedy cut against the scorer's (ms.batches)
+        greedy = token_budget_batches(lengths, budget)
+        ms.config.token_budget = budget
+        cut = ms.batches(lengths)
+        share = [sum(lengths) / sum(max(lengths[i] for i in b) * len(b) for b in batches)
+                 for batches in (greedy, cut)]
         print(f"RESULT bucketing ProcessBench dev ({len(rows)} solutions, {sum(lengths)} tokens), "
-              f"budget {budget}: real/computed {sum(lengths) / computed:.3f}")
+              f"budget {budget}: real/computed {share[0]:.3f} greedy ({len(greedy)} batches), "
+              f"{share[1]:.3f} scoring's cut ({len(cut)} batches, overhead "
+              f"{ms.config.batch_overhead} tokens a pass)")
 
 
 def main() -> None:
