@@ -199,13 +199,16 @@ def test_train_prm_with_the_surprisal_head(tmp_path, cache_frozen):
     assert dataclasses.asdict(prm.format)["surprisal"] is True
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["tree-pass", "by-depth"])
 @pytest.mark.parametrize("head", ["hazard", "surprisal"])
 @pytest.mark.parametrize("closing", [False, True])
-def test_shared_prefix_scoring_carries_the_hazard_sum(head, closing):
-    """Prefix sharing reads a hazard head too: each node carries its log S and (surprisal) its
-    last final hidden state to the rows that continue it, also where a row reuses only part
-    of a node's ids (``closing``: a format whose prefix ids are not a prefix, so rows cut the
-    cache inside a node or its ancestors). Equal to plain one-pass scoring within 1e-4."""
+def test_shared_prefix_scoring_carries_the_hazard_sum(head, closing, packed):
+    """Prefix sharing reads a hazard head too. In one pass (``packed``) each segment's sum
+    starts from its ancestor's log S at the cut, and a surprisal head's first token reads the
+    ancestor's state there; a depth at a time, each node carries its log S and final hidden
+    states to the rows that continue it. Both also where a row reuses only part of a node's
+    ids (``closing``: a format whose prefix ids are not a prefix, so rows cut inside a node or
+    its ancestors). Equal to plain one-pass scoring within 1e-4."""
     from test_hazard import hazard_model
     from test_shared_prefix import split
 
@@ -222,6 +225,8 @@ def test_shared_prefix_scoring_carries_the_hazard_sum(head, closing):
         stats = ShareStats()
         scorer = SharedPrefixScorer(prm, stats)
         scorer.budget = budget or scorer.budget
+        assert scorer.packed
+        scorer.packed = packed
         got = scorer.score(problems, steps, groups)
         for a, b in zip(got, want):
             assert a == pytest.approx(b, rel=1e-4, abs=1e-6)

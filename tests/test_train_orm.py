@@ -109,3 +109,74 @@ def test_full_and_lora_training_save_a_loadable_model(base, tmp_path, mode):
     assert len(scores[0]) == 2 and all(0 <= s <= 1 for s in scores[0])
     if mode == "lora":  # the adapters are merged: a plain transformers model, no peft needed
         assert not (out / "last" / "adapter_config.json").exists()
+
+
+def test_an_orm_with_the_surprisal_head_reads_survival_at_the_last_step(tmp_path):
+    """``train orm --head surprisal`` (the demo's ORM): the loss falls from about ln 2 (the
+    head starts with S at the last step near 1/2), the cached head alone ends with the
+    uncached run's weights, and the saved model scores a survival curve."""
+    from test_surprisal import tied_base
+
+    from prmkit.models.load import load_prm
+
+    data = tmp_path / "c.jsonl"
+    write_records(str(data), candidates(6))
+    base, heads = tied_base(tmp_path), []
+    for cache_frozen in (False, True):
+        out = tmp_path / f"orm{cache_frozen}"
+        cfg = ORMTrainConfig(base=base, data=str(data), output=str(out), head="surprisal",
+                             max_length=256, cache_frozen=cache_frozen,
+                             loop=LoopConfig(lr=3e-3, batch_tokens=512, last_k=0, warmup=0.0,
+                                             max_steps=24, eval_every=8))
+        history = train_orm(cfg)
+        assert history[0]["train_loss"] < 1.0     # not the tens of a head started at random
+        assert history[-1]["train_loss"] < history[0]["train_loss"]
+        prm = load_prm(str(out / "last"), config=HFConfig(dtype="float32"))
+        assert prm.format.surprisal
+        heads.append(prm.model.score.weight.detach().clone())
+        scores = prm.score([r.problem for r in candidates(1)], [r.steps for r in candidates(1)])
+        assert all(b <= a + 1e-7 for s in scores for a, b in zip(s, s[1:]))
+    assert torch.allclose(heads[0], heads[1], atol=1e-5)
+    assert heads[0].abs().max() > 1e-3          # it moved from its zero start
+
+
+def test_cache_frozen_needs_the_outcome_objective(tmp_path):
+    from prmkit.errors import PrmkitError
+
+    with pytest.raises(PrmkitError, match="--cache-frozen needs"):
+        ORMTrainConfig(base="b", data="d", output="o", objective="pairwise", cache_frozen=True)
+
+
+def test_the_orm_reads_the_frozen_states_the_prm_stored(tmp_path, monkeypatch):
+    """``--frozen-store``: the PRM's run writes the frozen body's states and LM features, the
+    ORM's run on the same base and candidates reads them all (its body runs only for the
+    first batch's check) and trains to the weights of a run without the store."""
+    from test_surprisal import tied_base
+
+    from prmkit.models.load import load_prm
+    from prmkit.train.frozen import FrozenLayers
+
+    data, store = tmp_path / "c.jsonl", tmp_path / "store"
+    write_records(str(data), candidates(6))
+    base = tied_base(tmp_path)
+    loop = dict(lr=3e-3, batch_tokens=512, last_k=0, warmup=0.0, max_steps=12, eval_every=12)
+    train_prm(PRMTrainConfig(base=base, data=str(data), output=str(tmp_path / "prm"),
+                             head="surprisal", max_length=256, cache_frozen=True,
+                             frozen_store=str(store), loop=LoopConfig(**loop)))
+    [file] = list(store.iterdir())
+    assert file.name.startswith("frozen-") and file.suffix == ".safetensors"
+    calls = []
+    real = FrozenLayers.bottom_hidden
+    monkeypatch.setattr(FrozenLayers, "bottom_hidden",
+                        lambda self, seqs, *a: calls.append(len(seqs)) or real(self, seqs, *a))
+    heads = []
+    for kept in (str(store), None):
+        out = tmp_path / f"orm{bool(kept)}"
+        train_orm(ORMTrainConfig(base=base, data=str(data), output=str(out), head="surprisal",
+                                 max_length=256, cache_frozen=True, frozen_store=kept,
+                                 loop=LoopConfig(**loop)))
+        heads.append(load_prm(str(out / "last"), config=HFConfig(dtype="float32")).model.score.weight)
+        if kept:
+            assert len(calls) == 1          # the check's batch alone: the rest came from the store
+    assert len(calls) > 2                   # without the store the body ran over every batch
+    assert torch.allclose(heads[0], heads[1], atol=1e-5)

@@ -3,8 +3,8 @@
 Every stage is the library code a user runs on real data; only the policy is the lab's
 synthetic one (:mod:`prmkit.lab.policy`), because a 135M model writes ~50 tokens/s here and
 seldom solves a multi-step problem. The PRM and the ORM are real transformers: SmolLM2-135M
-(the default model from PyPI), trained here: the PRM's surprisal head alone (the body
-frozen; :mod:`prmkit.models.surprisal`), the ORM's last layers and 2-class head.
+(the default model from PyPI), trained here: each one's surprisal head alone (the body
+frozen; :mod:`prmkit.models.surprisal`), the PRM on step labels, the ORM on outcomes.
 
 1. **Problems and candidates.** Lab problems (:mod:`prmkit.lab.world`) for training and for
    testing, candidates sampled by the lab policy, graded against the reference answer.
@@ -12,8 +12,9 @@ frozen; :mod:`prmkit.models.surprisal`), the ORM's last layers and 2-class head.
    rollouts per step, compared with the exact gold labels; binary search for the first error
    (OmegaPRM, Luo et al. 2024) on the same candidates, with the rollouts it saves.
 3. **Training.** A PRM on the MC step labels and an ORM on the outcome labels, from the same
-   base, on the same candidates; the PRM's recipe (its head alone, 16 cheap epochs on stored
-   states) computes less than the ORM's (its last 4 layers, one epoch).
+   base, on the same candidates, with the same head and recipe (its head alone, 16 cheap
+   epochs on stored states; ``--orm-recipe own`` gives the ORM its last 4 layers and a class
+   head for one epoch): the two differ only in their labels, as in Let's Verify.
 4. **Best-of-N** on the test candidates (Lightman et al. 2023's protocol): PRM (prod, min,
    last), ORM, majority, PRM-weighted majority, the exact-label PRM (upper bound of any PRM)
    and the oracle (pass@N).
@@ -34,12 +35,13 @@ import json
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.lab import summary
-from prmkit.records import Record, read_records, write_records
+from prmkit.lab.stages import Lazy, Printer, prepare, stage, stage_json
+from prmkit.records import Record
 from prmkit.train.common import HEADS
 
 # Stored with the settings: a folder written by another version of the stages starts again
@@ -70,13 +72,13 @@ class DemoConfig:
         "help": "the lab policy's largest chance of confusing a problem's trap operation"})
     rollouts: int = field(default=4, metadata={"help": "Monte Carlo rollouts per labelled step (K)"})
     base: str = field(default="smollm2-135m", metadata={"help": "base model of the PRM and the ORM"})
-    last_k: int = field(default=4, metadata={"help": "the ORM's trained transformer layers (plus head)"})
-    lr: float = field(default=3e-4, metadata={"help": "the ORM's peak learning rate"})
+    last_k: int = field(default=4, metadata={"help": "--orm-recipe own: the ORM's trained layers (plus head)"})
+    lr: float = field(default=3e-4, metadata={"help": "--orm-recipe own: the ORM's peak learning rate"})
     head_lr: float = field(default=0.0, metadata={
         "help": "peak learning rate of the new heads of the models that train layers (the ORM; "
                 "the PRM when --prm-last-k > 0), their bodies at their own rate (0: the heads "
                 "at that rate too)"})
-    epochs: int = field(default=1, metadata={"help": "the ORM's passes over the training candidates"})
+    epochs: int = field(default=1, metadata={"help": "--orm-recipe own: the ORM's passes over the training candidates"})
     head: str = field(default="surprisal", metadata={
         "help": "the PRM's head (prmkit train prm --head): surprisal (every token's P(no "
                 "error) from its state and the LM's surprise at it, multiplied up to each "
@@ -96,7 +98,12 @@ class DemoConfig:
         "help": "the PRM's passes over the training candidates (seed 0: 50 problems and 8 "
                 "epochs gave a test step AUC of 0.785, 100 and 16 gave 0.844; an epoch of the "
                 "head alone costs about a second, the body's one pass 30 s per 200 candidates)"})
-    batch_tokens: int = field(default=512, metadata={"help": "token budget of the ORM's training batch"})
+    batch_tokens: int = field(default=512, metadata={"help": "--orm-recipe own: the ORM's batch, in tokens"})
+    orm_recipe: str = field(default="prm", metadata={
+        "help": "prm: the ORM trains with the PRM's head and recipe (--head, --prm-last-k, "
+                "--prm-lr, --prm-epochs, --prm-batch-tokens) on the outcome labels, so the two "
+                "differ only in their labels, as in Let's Verify; own: its last --last-k layers "
+                "and a class head, at --lr for --epochs in batches of --batch-tokens"})
     search_problems: int = field(default=40, metadata={
         "help": "test problems for beam search (the first ones of the test set)"})
     beam_n: int = field(default=2, metadata={
@@ -117,6 +124,8 @@ class DemoConfig:
                 or not self.prm_lr > 0:
             raise PrmkitError("--prm-last-k must be 0 or more, --prm-epochs and "
                               "--prm-batch-tokens at least 1 and --prm-lr positive")
+        if self.orm_recipe not in ("prm", "own"):
+            raise PrmkitError(f"--orm-recipe {self.orm_recipe!r} is not prm or own")
         if self.head_lr < 0:
             raise PrmkitError(f"--head-lr must be 0 (the heads at --lr) or positive, got "
                               f"{self.head_lr}")
@@ -136,26 +145,28 @@ class DemoConfig:
 def run(config: DemoConfig) -> int:
     t0 = time.time()
     out = config.output
-    _prepare(out, config)
-    say = _Printer()
+    prepare(out, config, STAGES_VERSION)
+    say = Printer()
     say(f"prmkit demo: the lab world, seed {config.seed}; files in {out}/")
     world = _world(config, out, say)
     labels = _labels(config, out, world, say)
     prm_dir, orm_dir = os.path.join(out, "prm"), os.path.join(out, "orm")
     _train(config, "prm", os.path.join(out, "train_mc.jsonl"), prm_dir, say)
     _train(config, "orm", os.path.join(out, "train_candidates.jsonl"), orm_dir, say)
+    recipe = (f"{_trained(config.prm_last_k)}, {config.prm_epochs} epoch(s), lr "
+              f"{config.prm_lr}, batches of {config.prm_batch_tokens} tokens")
+    orm = ("the same head and recipe" if config.orm_recipe == "prm" else
+           f"class head, {_trained(config.last_k)}, {config.epochs} epoch(s), lr {config.lr}"
+           f"{f', heads {config.head_lr}' if config.head_lr else ''}, batches of "
+           f"{config.batch_tokens} tokens")
     say.stage(3, f"trained from {config.base} on {len(world.train)} candidates: a PRM "
-                 f"({config.head} head, MC step labels; {_trained(config.prm_last_k)}, "
-                 f"{config.prm_epochs} epoch(s), lr {config.prm_lr}, batches of "
-                 f"{config.prm_batch_tokens} tokens) and an ORM (outcome labels; "
-                 f"{_trained(config.last_k)}, {config.epochs} epoch(s), lr {config.lr}"
-                 f"{f', heads {config.head_lr}' if config.head_lr else ''}, batches of "
-                 f"{config.batch_tokens} tokens)")
-    prm = _Lazy(lambda: _load(prm_dir))     # loaded once, for scoring and for search
-    scored = _stage(out, "test_scored.jsonl", lambda: _score(world.test, prm(), orm_dir,
+                 f"({config.head} head, MC step labels; {recipe}) and an ORM (outcome labels; "
+                 f"{orm})")
+    prm = Lazy(lambda: _load(prm_dir))     # loaded once, for scoring and for search
+    scored = stage(out, "test_scored.jsonl", lambda: _score(world.test, prm(), orm_dir,
                                                              world.gold))
     bon = summary.bestofn_stage(config, scored, say)
-    search = _stage_json(out, "search.json", lambda: _search(config, world, prm(), scored))
+    search = stage_json(out, "search.json", lambda: _search(config, world, prm(), scored))
     say.stage(5, f"search on {config.search_problems} problems: " + "; ".join(
         f"{row['method']} n={row['n']} {row['accuracy']:.1f}% at {row['tokens']:.0f} tokens"
         for row in search["rows"]))
@@ -177,7 +188,7 @@ class World:
     policy_name: str
 
 
-def _world(config: DemoConfig, out: str, say: "_Printer") -> World:
+def _world(config: DemoConfig, out: str, say: "Printer") -> World:
     """1. problems and candidates."""
     from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
 
@@ -186,9 +197,9 @@ def _world(config: DemoConfig, out: str, say: "_Printer") -> World:
     lab = dict(min_steps=config.min_steps, max_steps=config.max_steps)
     train_p = make_problems(LabConfig(n=config.train_problems, seed=config.seed, **lab))
     test_p = make_problems(LabConfig(n=config.test_problems, seed=config.seed + 1000, **lab))
-    train = _stage(out, "train_candidates.jsonl", lambda: candidates_of(
+    train = stage(out, "train_candidates.jsonl", lambda: candidates_of(
         train_p, config.train_n, policy, prompter, policy_name, config.seed))
-    test = _stage(out, "test_candidates.jsonl", lambda: candidates_of(
+    test = stage(out, "test_candidates.jsonl", lambda: candidates_of(
         test_p, config.n, policy, prompter, policy_name, config.seed + 1))
     gold = {r.id: gold_record(r) for r in train + test}
     say.stage(1, f"{len(train_p)} training problems x {config.train_n} candidates, "
@@ -198,7 +209,7 @@ def _world(config: DemoConfig, out: str, say: "_Printer") -> World:
     return World(train, test, test_p, gold, policy, prompter, policy_name)
 
 
-def _labels(config: DemoConfig, out: str, world: World, say: "_Printer") -> "summary.Labels":
+def _labels(config: DemoConfig, out: str, world: World, say: "Printer") -> "summary.Labels":
     """2. Monte Carlo labels, per step and by binary search, against the gold labels."""
     from prmkit.label.mc import MCConfig, label_mc
     from prmkit.label.quality import label_quality
@@ -208,8 +219,8 @@ def _labels(config: DemoConfig, out: str, world: World, say: "_Printer") -> "sum
                              MCConfig(rollouts=config.rollouts, mode="hard", strategy=strategy,
                                       seed=config.seed), world.policy_name))
 
-    per_step = _stage(out, "train_mc.jsonl", lambda: mc("per-step"))
-    binary = _stage(out, "train_mc_binary.jsonl", lambda: mc("binary"))
+    per_step = stage(out, "train_mc.jsonl", lambda: mc("per-step"))
+    binary = stage(out, "train_mc_binary.jsonl", lambda: mc("binary"))
     quality = {q.method: q for q in label_quality(per_step + binary, world.gold)}
     q_step = next(q for m, q in quality.items() if "per-step" in m)
     q_bin = next(q for m, q in quality.items() if "binary" in m)
@@ -227,68 +238,6 @@ def _labels(config: DemoConfig, out: str, world: World, say: "_Printer") -> "sum
 # stages
 
 
-class _Printer:
-    def __init__(self) -> None:
-        self.t = time.time()
-
-    def __call__(self, text: str) -> None:
-        print(text, flush=True)
-
-    def stage(self, k: int, text: str) -> None:
-        now = time.time()
-        print(f"{k}. {text} [{now - self.t:.0f} s]", flush=True)
-        self.t = now
-
-
-def _prepare(out: str, config: DemoConfig) -> None:
-    """Reuse ``out`` when it holds a run with the same settings, else start it afresh."""
-    settings = os.path.join(out, "settings.json")
-    wanted = {**{k: v for k, v in asdict(config).items() if k != "output"},
-              "stages_version": STAGES_VERSION}
-    if os.path.isdir(out):
-        if not os.path.isfile(settings):
-            if os.listdir(out):   # never delete a folder the demo did not make
-                raise PrmkitError(f"{out} exists and is not a demo folder (no settings.json): "
-                                  f"choose another --output")
-            same = False
-        else:
-            try:
-                with open(settings, encoding="utf-8") as f:
-                    same = json.load(f) == wanted
-            except (OSError, ValueError):
-                same = False
-        if not same:
-            shutil.rmtree(out)
-        else:
-            print(f"resuming the demo in {out}/ (same settings): finished stages are reused",
-                  flush=True)
-    os.makedirs(out, exist_ok=True)
-    with open(settings, "w", encoding="utf-8") as f:
-        json.dump(wanted, f, indent=2)
-
-
-def _stage(out: str, name: str, make: Callable[[], list[Record]]) -> list[Record]:
-    path = os.path.join(out, name)
-    if os.path.exists(path):
-        return read_records(path)
-    records = make()
-    write_records(path, records)
-    return records
-
-
-def _stage_json(out: str, name: str, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    path = os.path.join(out, name)
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    value = make()
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2)
-    os.replace(tmp, path)
-    return value
-
-
 def candidates_of(problems: Sequence[Record], n: int, policy: Any, prompter: Any, name: str,
                 seed: int) -> list[Record]:
     from prmkit.generate.run import Problem, candidate_record
@@ -300,47 +249,41 @@ def candidates_of(problems: Sequence[Record], n: int, policy: Any, prompter: Any
             for p, row in zip(problems, sols) for k, s in enumerate(row)]
 
 
-def _train(config: DemoConfig, kind: str, data: str, output: str, say: _Printer) -> None:
+def _train(config: DemoConfig, kind: str, data: str, output: str, say: Printer) -> None:
     from prmkit.train.loop import LoopConfig
 
     if os.path.isfile(os.path.join(output, "done.json")):
         return
-    prm = kind == "prm"
+    prm = kind == "prm" or config.orm_recipe == "prm"    # the PRM's recipe
     last_k = config.prm_last_k if prm else config.last_k
     loop = LoopConfig(last_k=last_k, lr=config.prm_lr if prm else config.lr,
                       head_lr=(config.head_lr or None) if last_k else None,
                       epochs=config.prm_epochs if prm else config.epochs,
                       batch_tokens=config.prm_batch_tokens if prm else config.batch_tokens,
                       seed=config.seed, resume=True)
-    if prm:
+    cache = prm and (config.prm_epochs > 1 or not last_k)
+    # the PRM's and the ORM's bodies are the same frozen base on the same candidates: the
+    # ORM reads the states (and LM features) the PRM's pass stored
+    store = os.path.join(os.path.dirname(output), "frozen") if cache else None
+    if kind == "prm":
         from prmkit.train.prm import PRMTrainConfig, train_prm
 
         train_prm(PRMTrainConfig(base=config.base, data=data, output=output, dtype="bfloat16",
                                  head=config.head, loop=loop, command="prmkit demo",
-                                 cache_frozen=config.prm_epochs > 1 or not last_k))
+                                 cache_frozen=cache, frozen_store=store))
     else:
         from prmkit.train.orm import ORMTrainConfig, train_orm
 
         train_orm(ORMTrainConfig(base=config.base, data=data, output=output, dtype="bfloat16",
-                                 loop=loop, command="prmkit demo"))
+                                 head=config.head if prm else "class", loop=loop,
+                                 command="prmkit demo", cache_frozen=cache, frozen_store=store))
+        shutil.rmtree(store, ignore_errors=True)    # both have trained: the states can go
     with open(os.path.join(output, "done.json"), "w", encoding="utf-8") as f:
         json.dump({"kind": kind}, f)
 
 
 def _trained(last_k: int) -> str:
     return f"last {last_k} layers + head" if last_k else "the head alone"
-
-
-class _Lazy:
-    """A value made on first use."""
-
-    def __init__(self, make: Callable[[], Any]):
-        self.make, self.value = make, None
-
-    def __call__(self) -> Any:
-        if self.value is None:
-            self.value = self.make()
-        return self.value
 
 
 def _load(model_dir: str) -> Any:

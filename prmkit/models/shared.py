@@ -37,9 +37,9 @@ shared ids are taken from the prefix's part at the same positions. Scores equal 
 scoring to ~1e-6 in float32 (the order of the sums in attention differs); in bfloat16 they
 move by the batch make-up, as one-pass scores do.
 
-A hazard head (``--head hazard``, ``surprisal``) sums along each token's path: read a depth at a
-time, a node keeps its log S (and a surprisal head its final hidden state) at each position,
-and a row continuing it after ``past`` ids starts from those at ``past - 1``.
+A hazard head sums along each token's path: in one pass from the ancestor's log S at the cut
+(:func:`prmkit.models.treepass.tree_survival`); a depth at a time, a node keeps its log S (and
+final hidden states) at each position, and a row after ``past`` ids starts from ``past - 1``.
 
 What cannot share falls back to plain one-pass scoring: a PRM that is not an HF model or cannot
 reuse a cache (:func:`prmkit.models.incremental.reuse_blocker`: bidirectional models, sliding

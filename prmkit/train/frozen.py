@@ -16,10 +16,19 @@ step logits must agree within ``TOLERANCE``, or training stops with an error nam
 class (a model that adds position embeddings to ``inputs_embeds``, as GPT-2 does, fails here).
 Hidden states are kept in float32: hidden size x 4 bytes a token (SmolLM2-135M: 2.3 KB, so
 100k training tokens take 230 MB). Under several processes (DDP) the objective runs uncached.
+
+A store (``--frozen-store DIR``) keeps the stored outputs on disk, one safetensors file per
+(frozen weights, k, dtype), each sequence under the digest of its ids: a later run on the same
+base reads the sequences it finds there instead of running the frozen layers (the lab demo's
+PRM and ORM train on the same candidates, so the ORM's pass is free). A file whose weights,
+k or dtype differ is another file, never a wrong answer.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import sys
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
@@ -33,8 +42,11 @@ TOLERANCE = 1e-4
 class FrozenLayers:
     """The frozen bottom of a last-k model and a store of its outputs per training sequence."""
 
-    def __init__(self, model: Any, last_k: int):
-        self.model = model
+    def __init__(self, model: Any, last_k: int, store: str | None = None):
+        self.model, self.store = model, store
+        self.kept: dict[str, Any] = {}   # the store's entries: "h:" + digest (states), "f:" ...
+        self.dirty = False
+        self.files: dict[bool, str] = {}
         self.base = getattr(model, getattr(model, "base_model_prefix", "model"), model)
         layers, _ = transformer_layers(model)
         if not hasattr(self.base, "layers"):
@@ -89,13 +101,66 @@ class FrozenLayers:
 
         was = self.model.training
         self.model.eval()
-        batches = token_budget_batches([len(e.input_ids) for e in examples], budget)
+        self.kept = self.load(autocast, device)
+        todo = []
+        for e in examples:
+            if "h:" + digest(e.input_ids) in self.kept:
+                self.hidden[id(e)] = self.kept["h:" + digest(e.input_ids)]
+            else:
+                todo.append(e)
+        if self.store:
+            print(f"frozen layers: {len(examples) - len(todo)} of {len(examples)} sequences "
+                  f"read from {self.store_file(autocast)}", file=sys.stderr)
+        batches = token_budget_batches([len(e.input_ids) for e in todo], budget)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             for batch in progress(batches, desc="frozen layers", unit="batch"):
-                seqs = [examples[i] for i in batch]
+                seqs = [todo[i] for i in batch]
                 for e, h in zip(seqs, self.bottom_hidden(seqs, pad, device)):
                     self.hidden[id(e)] = h
         self.model.train(was)
+        for e in todo:
+            self.kept["h:" + digest(e.input_ids)] = self.hidden[id(e)]
+        self.dirty = bool(todo)
+
+    def store_file(self, autocast: bool) -> str:
+        """The store's file for these frozen weights, this k and this dtype (the weights'
+        sums are hashed once per dtype)."""
+        if autocast not in self.files:
+            self.files[autocast] = self._store_file(autocast)
+        return self.files[autocast]
+
+    def _store_file(self, autocast: bool) -> str:
+        import torch
+
+        layers = list(self.all[:len(self.all) - self.k])
+        h = hashlib.sha256(f"{len(self.all)}/{self.k}/{autocast}".encode())
+        with torch.no_grad():
+            for module in [getattr(self.base, "embed_tokens", None), *layers,
+                           getattr(self.base, "norm", None) if not self.k else None]:
+                for p in (module.parameters() if module is not None else ()):
+                    h.update(repr(float(p.double().sum())).encode())
+        return os.path.join(self.store or "", f"frozen-{h.hexdigest()[:20]}.safetensors")
+
+    def load(self, autocast: bool, device: Any) -> dict[str, Any]:
+        """The stored outputs in the store's file (empty: no store or no file yet)."""
+        if not self.store or not os.path.isfile(self.store_file(autocast)):
+            return {}
+        from safetensors.torch import load_file
+
+        return load_file(self.store_file(autocast), device=str(device))
+
+    def flush(self, autocast: bool) -> None:
+        """Write the store's file whole when it gained entries (a temporary file renamed: a
+        kill leaves the old one)."""
+        if not (self.store and self.dirty):
+            return
+        from safetensors.torch import save_file
+
+        path = self.store_file(autocast)
+        os.makedirs(self.store, exist_ok=True)
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.kept.items()}, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        self.dirty = False
 
     def embeds(self, seqs: Sequence[Example], device: Any) -> Any:
         """The stored hidden states of ``seqs``, padded on the right with zeros."""
@@ -107,6 +172,11 @@ class FrozenLayers:
         for b, e in enumerate(seqs):
             x[b, :len(e.input_ids)] = self.hidden[id(e)]
         return x
+
+
+def digest(ids: Sequence[int]) -> str:
+    """A sequence's key in a store: the SHA-256 of its ids."""
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
 
 
 class CachedSteps:
@@ -130,6 +200,7 @@ class CachedSteps:
             self.frozen.build(self.examples, self.budget, self.objective.pad, device,
                               self.autocast)
             self.stored.clear()   # made from the check's states; the built ones replace them
+            self.fill(device)
         rows, cols = read_index(exs, device)
         with self.frozen.top():
             logits = self.objective.reader.logits(self.frozen.embeds(exs, device), None, rows, cols,
@@ -156,6 +227,20 @@ class CachedSteps:
         for b, e in enumerate(exs):
             out[b, :len(e.input_ids)] = self.stored[id(e)]
         return out
+
+    def fill(self, device: Any) -> None:
+        """Every sequence's LM features now (a surprisal head alone; from the store where it
+        has them), then the store written (:meth:`FrozenLayers.flush`)."""
+        if self.objective.reader.surprisal is not None and not self.frozen.k:
+            kept = self.frozen.kept
+            for e in self.examples:
+                key = "f:" + digest(e.input_ids)
+                if key in kept:
+                    self.stored[id(e)] = kept[key]
+                else:
+                    self.features([e], device)
+                    kept[key], self.frozen.dirty = self.stored[id(e)], True
+        self.frozen.flush(self.autocast)
 
     def tokens(self, exs: list[Example], device: Any) -> Any:
         """The token ids of ``exs``, right-padded as their stored hidden states are (a

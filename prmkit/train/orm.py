@@ -31,7 +31,7 @@ from prmkit.stepformat import BoundFormat
 from prmkit.train.common import (HEADS, TrainConfig, auc, load_base, make_saver, pad_id,
                                  read_logits, training_format)
 from prmkit.train.loop import Example, Loop, set_trainable
-from prmkit.train.prm import StepObjective
+from prmkit.train.prm import StepObjective, init_hazard_head
 
 OBJECTIVES = ("outcome", "pairwise")
 
@@ -43,7 +43,16 @@ class ORMTrainConfig(TrainConfig):
     data: str = field(metadata={"help": "training records with is_correct (and group, for pairwise)"})
     eval_data: str | None = field(default=None, metadata={"help": "dev records with is_correct"})
     objective: str = field(default="outcome", metadata={"help": "outcome or pairwise"})
-    head: str = field(default="class", metadata={"help": "class (2-class head) or label-tokens"})
+    head: str = field(default="class", metadata={
+        "help": "class (2-class head), label-tokens, or a PRM's survival head read at the last "
+                "step: hazard or surprisal (P(no error in the whole solution), trained on the "
+                "outcome alone)"})
+    cache_frozen: bool = field(default=False, metadata={
+        "help": "with --train last-k and --objective outcome: run the frozen layers once and "
+                "train on their stored outputs, as train prm --cache-frozen does"})
+    frozen_store: str | None = field(default=None, metadata={
+        "help": "with --cache-frozen: a folder that keeps the frozen layers' outputs on disk, "
+                "shared with train prm --frozen-store on the same base"})
     max_pairs_per_group: int = field(default=4, metadata={
         "help": "pairwise: at most this many (correct, wrong) pairs per problem"})
 
@@ -55,6 +64,10 @@ class ORMTrainConfig(TrainConfig):
         self.check_common(min_length=False)
         if self.max_pairs_per_group < 1:
             raise PrmkitError("--max-pairs-per-group must be at least 1")
+        if self.cache_frozen and (self.loop.train != "last-k" or self.objective != "outcome"):
+            raise PrmkitError("--cache-frozen needs --train last-k and --objective outcome")
+        if self.frozen_store and not self.cache_frozen:
+            raise PrmkitError("--frozen-store needs --cache-frozen")
 
 
 class PairObjective:
@@ -148,6 +161,8 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
     if left:
         print(f"train orm: {left} {'records' if cfg.objective == 'outcome' else 'pairs'} left "
               f"out (no is_correct, or longer than --max-length)", file=sys.stderr)
+    if fmt.hazard:   # S at the last step starts near 1/2, as a PRM's does at its mean step
+        init_hazard_head(model, examples, fmt.surprisal)
     model = set_trainable(model, cfg.loop)
     fitness = "dev_auc" if dev else "neg_train_loss"
 
@@ -163,6 +178,12 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
     save = make_saver(cfg, fmt, tokenizer, "orm", model, len(examples), len(dev))
     objective = (StepObjective if cfg.objective == "outcome" else PairObjective)(
         Reader(model, fmt, bound), pad_id(tokenizer))
+    if cfg.cache_frozen:
+        from prmkit.train.frozen import CachedSteps, FrozenLayers
+
+        frozen = FrozenLayers(model, cfg.loop.last_k, cfg.frozen_store)
+        objective = CachedSteps(objective, frozen, examples, cfg.loop.batch_tokens,
+                                cfg.autocast_bf16)
     loop = Loop(model, objective, examples, cfg.loop, cfg.output, fitness, evaluate, save,
                 autocast_bf16=cfg.autocast_bf16)
     return loop.run()

@@ -67,6 +67,10 @@ class PRMTrainConfig(TrainConfig):
                 "train on their stored outputs (cheaper epochs from the second on; checked "
                 "against the uncached forward on the first batch; memory: hidden size x 4 "
                 "bytes per training token)"})
+    frozen_store: str | None = field(default=None, metadata={
+        "help": "with --cache-frozen: a folder that keeps the frozen layers' outputs on disk; a "
+                "later run on the same base, --last-k and --dtype reads them (train orm "
+                "takes the same option)"})
     fitness: str = field(default="auc", metadata={
         "help": "what picks best/: auc (step AUC on dev) or f1 (first-error F1 on dev)"})
     dtype: str = field(default="float32", metadata={
@@ -82,6 +86,8 @@ class PRMTrainConfig(TrainConfig):
             raise PrmkitError(f"--fitness {self.fitness!r} is not one of {', '.join(FITNESS)}")
         if self.cache_frozen and self.loop.train != "last-k":
             raise PrmkitError(f"--cache-frozen needs --train last-k (got {self.loop.train})")
+        if self.frozen_store and not self.cache_frozen:
+            raise PrmkitError("--frozen-store needs --cache-frozen")
         self.check_common()
 
 
@@ -259,8 +265,9 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
     if cfg.cache_frozen:
         from prmkit.train.frozen import CachedSteps, FrozenLayers
 
-        objective = CachedSteps(objective, FrozenLayers(model, cfg.loop.last_k), examples,
-                                cfg.loop.batch_tokens, cfg.autocast_bf16)
+        frozen = FrozenLayers(model, cfg.loop.last_k, cfg.frozen_store)
+        objective = CachedSteps(objective, frozen, examples, cfg.loop.batch_tokens,
+                                cfg.autocast_bf16)
     save = make_saver(cfg, fmt, tokenizer, "prm", model, len(examples), len(dev_records))
     loop = Loop(model, objective, examples, cfg.loop, cfg.output, fitness, evaluate, save,
                 autocast_bf16=cfg.autocast_bf16)

@@ -1,0 +1,90 @@
+"""The lab demo's stages: a folder that a rerun with the same settings resumes, stage files
+written whole (a killed stage is redone, a finished one reused), and the stage lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict
+from typing import Any, Callable
+
+from prmkit.errors import PrmkitError
+from prmkit.records import Record, read_records, write_records
+
+
+class Printer:
+    """Prints a stage's line with the seconds since the last one."""
+
+    def __init__(self) -> None:
+        self.t = time.time()
+
+    def __call__(self, text: str) -> None:
+        print(text, flush=True)
+
+    def stage(self, k: int, text: str) -> None:
+        now = time.time()
+        print(f"{k}. {text} [{now - self.t:.0f} s]", flush=True)
+        self.t = now
+
+
+def prepare(out: str, config: Any, version: int) -> None:
+    """Reuse ``out`` when it holds a run with the same settings, else start it afresh."""
+    settings = os.path.join(out, "settings.json")
+    wanted = {**{k: v for k, v in asdict(config).items() if k != "output"},
+              "stages_version": version}
+    if os.path.isdir(out):
+        if not os.path.isfile(settings):
+            if os.listdir(out):   # never delete a folder the demo did not make
+                raise PrmkitError(f"{out} exists and is not a demo folder (no settings.json): "
+                                  f"choose another --output")
+            same = False
+        else:
+            try:
+                with open(settings, encoding="utf-8") as f:
+                    same = json.load(f) == wanted
+            except (OSError, ValueError):
+                same = False
+        if not same:
+            shutil.rmtree(out)
+        else:
+            print(f"resuming the demo in {out}/ (same settings): finished stages are reused",
+                  flush=True)
+    os.makedirs(out, exist_ok=True)
+    with open(settings, "w", encoding="utf-8") as f:
+        json.dump(wanted, f, indent=2)
+
+
+def stage(out: str, name: str, make: Callable[[], list[Record]]) -> list[Record]:
+    path = os.path.join(out, name)
+    if os.path.exists(path):
+        return read_records(path)
+    records = make()
+    write_records(path, records)
+    return records
+
+
+def stage_json(out: str, name: str, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    path = os.path.join(out, name)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    value = make()
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2)
+    os.replace(tmp, path)
+    return value
+
+
+class Lazy:
+    """A value made on first use."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self.make, self.value = make, None
+
+    def __call__(self) -> Any:
+        if self.value is None:
+            self.value = self.make()
+        return self.value
