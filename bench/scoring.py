@@ -92,6 +92,7 @@ def main() -> int:
     prm.score(problems, steps)
     t_one = time.perf_counter() - t
     stats = prm.stats
+    efficiency = stats.padding_efficiency()   # one-pass alone (per-prefix adds to the stats)
     print(f"one-pass scoring: {t_one:.1f} s, {stats.forwards} forwards, {stats.real_tokens} real "
           f"tokens, {stats.computed_tokens} computed; {stats.real_tokens / t_one:.0f} real tokens/s",
           flush=True)
@@ -121,7 +122,7 @@ def main() -> int:
     bare = f"{t_bare / t_one:.2f}" if t_bare is not None else "skipped"
     print(f"RESULT one-pass/per-prefix speed {prefix} (goal >= 5) | "
           f"scoring/bare-forward throughput {bare} (goal >= 0.9) | "
-          f"real/computed tokens {stats.padding_efficiency():.3f} (goal >= 0.9)")
+          f"real/computed tokens {efficiency:.3f} (goal >= 0.9)")
     return 0
 
 

@@ -195,18 +195,24 @@ class CachedSteps:
     def __call__(self, exs: list[Example], device: Any, via: Any) -> Any:
         if via is not None:   # DDP must see the whole forward: no cache
             return self.objective(exs, device, via)
-        if not self.checked:  # on the first step, where the model is on its device
-            self.check(exs, device)
-            self.frozen.build(self.examples, self.budget, self.objective.pad, device,
-                              self.autocast)
-            self.stored.clear()   # made from the check's states; the built ones replace them
-            self.fill(device)
+        self.prepare(exs, device)
         rows, cols = read_index(exs, device)
         with self.frozen.top():
             logits = self.objective.reader.logits(self.frozen.embeds(exs, device), None, rows, cols,
                                                   tokens=self.tokens(exs, device),
                                                   features=self.features(exs, device))
         return self.objective.loss(logits, exs, device)
+
+    def prepare(self, exs: list[Example], device: Any) -> None:
+        """Once, where the model is on its device: the cached forward checked on ``exs``,
+        then the frozen pass over every training sequence (and the LM features). The loop
+        calls it before its first step; the first call of the objective does otherwise."""
+        if self.checked:
+            return
+        self.check(exs, device)
+        self.frozen.build(self.examples, self.budget, self.objective.pad, device, self.autocast)
+        self.stored.clear()   # made from the check's states; the built ones replace them
+        self.fill(device)
 
     def features(self, exs: list[Example], device: Any) -> Any:
         """A surprisal head on a frozen body (``--last-k 0``): each token's LM features are

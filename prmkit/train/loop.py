@@ -358,9 +358,13 @@ class Loop:
                   f"{self.total_steps} (--no-resume trains again)", file=sys.stderr)
         self.model.train()
         rank, world = self.acc.process_index, self.acc.num_processes
+        t0 = time.time()
+        prepare = getattr(self.objective, "prepare", None)   # e.g. the cached frozen pass
+        if prepare is not None and world == 1 and self.step < self.total_steps:
+            # before the bar starts, so that its rate (and time left) is the steps' own
+            prepare([self.examples[i] for i in self.batches[0]], self.acc.device)
         bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit="step",
                    disable=None if self.acc.is_main_process else True)
-        t0 = time.time()
         while self.step < self.total_steps:
             epoch, k = divmod(self.step, self.steps_per_epoch)
             order = list(range(len(self.batches)))
