@@ -246,7 +246,7 @@ def tokens(args):
     lengths = [len(ms.encode(r["problem"], r["steps"]).input_ids) for r in rows]
     for budget in (16384, 8192):   # the greedy cut against the scorer's (ms.batches)
         greedy = token_budget_batches(lengths, budget)
-        ms.config.token_budget = budget
+        ms.config.token_budget, ms.config.batch_overhead = budget, 128
         cut = ms.batches(lengths)
         share = [sum(lengths) / sum(max(lengths[i] for i in b) * len(b) for b in batches)
                  for batches in (greedy, cut)]

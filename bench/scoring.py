@@ -69,6 +69,8 @@ def main() -> int:
                     help="use every k-th solution (a sample spread over all four splits)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--token-budget", type=int, default=16384)
+    ap.add_argument("--batch-overhead", type=int, default=128,
+                    help="HFConfig.batch_overhead (the least-padding cut; -1: the greedy cut)")
     ap.add_argument("--skip-per-prefix", action="store_true", help="skip the slow reference")
     ap.add_argument("--skip-bare", action="store_true",
                     help="skip the two bare-forward timings (ratio 2), about 10 minutes on 2 cores")
@@ -80,7 +82,9 @@ def main() -> int:
     problems, steps = load(args.data, args.limit)
     problems, steps = problems[::args.every], steps[::args.every]
     prm = load_hf_prm("smollm2-135m", "math-shepherd",
-                      HFConfig(dtype=args.dtype, token_budget=args.token_budget))
+                      HFConfig(dtype=args.dtype, token_budget=args.token_budget,
+                               batch_overhead=None if args.batch_overhead < 0
+                               else args.batch_overhead))
     n_steps = sum(len(s) for s in steps)
     print(f"data: ProcessBench dev, {len(problems)} solutions, {n_steps} steps; model "
           f"smollm2-135m ({args.dtype}), format math-shepherd, token budget {args.token_budget}, "

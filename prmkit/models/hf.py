@@ -111,7 +111,9 @@ class HFPRM:
         return encode_or_warn(self.bound, problem, steps, self.max_length, self.stats)
 
     def batches(self, lengths: Sequence[int]) -> list[list[int]]:
-        """Scoring batches within the token budget, cut where padding costs least."""
+        """Scoring batches within the token budget (:attr:`HFConfig.batch_overhead`)."""
+        if self.config.batch_overhead is None:
+            return token_budget_batches(lengths, self.config.token_budget)
         return bucket_batches(lengths, self.config.token_budget, self.config.batch_overhead)
 
     def _forward_read(self, encs: Sequence[Encoded]) -> list[list[float]]:
