@@ -266,8 +266,8 @@ def tree_survival(prm: Any, rows: Sequence[Sequence[Segment]], ids: Any, mask: A
 
         head, hidden = reader.surprisal.forward(prm.model, kwargs)
         rows_ix = torch.arange(ids.shape[0], device=ids.device)[:, None]
-        before = hidden[rows_ix, prev.clamp(min=0)]          # the path's previous state
-        pairs = torch.stack([before, hidden], dim=2).flatten(0, 1)
+        previous = hidden[rows_ix, prev.clamp(min=0)]        # the path's previous state
+        pairs = torch.stack([previous, hidden], dim=2).flatten(0, 1)
         tokens = torch.stack([ids, ids], dim=2).flatten(0, 1)
         feats = reader.surprisal.features(pairs, tokens)[:, 1].view(*ids.shape, -1)
         feats[prev < 0] = 0.0                                 # nothing predicts a path's first
