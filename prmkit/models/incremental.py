@@ -171,8 +171,8 @@ class RescoringScorer:
 
 def reuse_blocker(prm: Any, carries_hazard: bool = False) -> str | None:
     """Why ``prm`` (an HFPRM) cannot reuse caches, or None when it can. A hazard head can
-    when the caller carries each prefix's log S (``carries_hazard``: prefix sharing's
-    depth-wise passes and :class:`IncrementalPRM` do, the tree pass does not)."""
+    when the caller carries each prefix's log S (``carries_hazard``: prefix sharing and
+    :class:`IncrementalPRM` do)."""
     from prmkit.models.reading import BIDIRECTIONAL
 
     config = prm.model.config
