@@ -279,3 +279,10 @@ class CachedSteps:
                               f"differs from the uncached one by {gap:.3g} on the first batch "
                               f"(more than {TOLERANCE}); train without --cache-frozen")
         self.checked = True
+
+
+def cached_steps(objective: Any, model: Any, cfg: Any, examples: Sequence[Example]) -> CachedSteps:
+    """``objective`` on cached frozen layers, as a trainer's ``--cache-frozen`` and
+    ``--frozen-store`` ask (``cfg``: a PRM or ORM training config)."""
+    frozen = FrozenLayers(model, cfg.loop.last_k, cfg.frozen_store)
+    return CachedSteps(objective, frozen, examples, cfg.loop.batch_tokens, cfg.autocast_bf16)

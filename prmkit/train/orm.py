@@ -179,11 +179,9 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
     objective = (StepObjective if cfg.objective == "outcome" else PairObjective)(
         Reader(model, fmt, bound), pad_id(tokenizer))
     if cfg.cache_frozen:
-        from prmkit.train.frozen import CachedSteps, FrozenLayers
+        from prmkit.train.frozen import cached_steps
 
-        frozen = FrozenLayers(model, cfg.loop.last_k, cfg.frozen_store)
-        objective = CachedSteps(objective, frozen, examples, cfg.loop.batch_tokens,
-                                cfg.autocast_bf16)
+        objective = cached_steps(objective, model, cfg, examples)
     loop = Loop(model, objective, examples, cfg.loop, cfg.output, fitness, evaluate, save,
                 autocast_bf16=cfg.autocast_bf16)
     return loop.run()
