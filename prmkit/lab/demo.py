@@ -254,14 +254,14 @@ def _train(config: DemoConfig, kind: str, data: str, output: str, say: Printer) 
 
     if os.path.isfile(os.path.join(output, "done.json")):
         return
-    prm = kind == "prm" or config.orm_recipe == "prm"    # the PRM's recipe
-    last_k = config.prm_last_k if prm else config.last_k
-    loop = LoopConfig(last_k=last_k, lr=config.prm_lr if prm else config.lr,
+    recipe = kind == "prm" or config.orm_recipe == "prm"   # the PRM's recipe
+    last_k = config.prm_last_k if recipe else config.last_k
+    loop = LoopConfig(last_k=last_k, lr=config.prm_lr if recipe else config.lr,
                       head_lr=(config.head_lr or None) if last_k else None,
-                      epochs=config.prm_epochs if prm else config.epochs,
-                      batch_tokens=config.prm_batch_tokens if prm else config.batch_tokens,
+                      epochs=config.prm_epochs if recipe else config.epochs,
+                      batch_tokens=config.prm_batch_tokens if recipe else config.batch_tokens,
                       seed=config.seed, resume=True)
-    cache = prm and (config.prm_epochs > 1 or not last_k)
+    cache = recipe and (config.prm_epochs > 1 or not last_k)
     # the PRM's and the ORM's bodies are the same frozen base on the same candidates: the
     # ORM reads the states (and LM features) the PRM's pass stored
     store = os.path.join(os.path.dirname(output), "frozen") if cache else None
@@ -275,7 +275,7 @@ def _train(config: DemoConfig, kind: str, data: str, output: str, say: Printer) 
         from prmkit.train.orm import ORMTrainConfig, train_orm
 
         train_orm(ORMTrainConfig(base=config.base, data=data, output=output, dtype="bfloat16",
-                                 head=config.head if prm else "class", loop=loop,
+                                 head=config.head if recipe else "class", loop=loop,
                                  command="prmkit demo", cache_frozen=cache, frozen_store=store))
         shutil.rmtree(store, ignore_errors=True)    # both have trained: the states can go
     with open(os.path.join(output, "done.json"), "w", encoding="utf-8") as f:
