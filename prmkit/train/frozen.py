@@ -14,6 +14,9 @@ costs k / L more than the frozen layers alone and needs nothing of the model's i
 The cached forward checks itself against the uncached one on the first batch, in float32: the
 step logits must agree within ``TOLERANCE``, or training stops with an error naming the model
 class (a model that adds position embeddings to ``inputs_embeds``, as GPT-2 does, fails here).
+Dev sequences (``--eval-data``) go through the same pass, so validation runs only the top
+(:meth:`CachedSteps.probabilities`): with the head alone, an epoch's validation costs the head's
+arithmetic instead of a full forward of the dev set in float32.
 Hidden states are kept in float32: hidden size x 4 bytes a token (SmolLM2-135M: 2.3 KB, so
 100k training tokens take 230 MB). Under several processes (DDP) the objective runs uncached.
 
@@ -187,10 +190,12 @@ class CachedSteps:
     """
 
     def __init__(self, objective: Any, frozen: FrozenLayers, examples: Sequence[Example],
-                 budget: int, autocast: bool):
+                 budget: int, autocast: bool, dev: Sequence[Example] = ()):
         self.objective, self.frozen, self.checked = objective, frozen, False
         self.stored: dict[int, Any] = {}   # id(example) -> its LM features (see features)
-        self.examples, self.budget, self.autocast = examples, budget, autocast
+        self.budget, self.autocast = budget, autocast
+        # the dev sequences go through the same frozen pass: validation then runs the top alone
+        self.examples, self.dev = list(examples) + list(dev), list(dev)
 
     def __call__(self, exs: list[Example], device: Any, via: Any) -> Any:
         if via is not None:   # DDP must see the whole forward: no cache
@@ -248,6 +253,34 @@ class CachedSteps:
                     kept[key], self.frozen.dirty = self.stored[id(e)], True
         self.frozen.flush(self.autocast)
 
+    def probabilities(self, exs: Sequence[Example], device: Any) -> list[list[float]]:
+        """Each dev sequence's step probabilities at its read positions, from its stored states
+        through the model's top (trained layers and head; eval mode, no gradient), in batches
+        of the token budget: validation at the cost of the top alone."""
+        import torch
+
+        from prmkit.models.reading import token_budget_batches
+
+        model, reader = self.frozen.model, self.objective.reader
+        out: list[list[float]] = [[] for _ in exs]
+        was = model.training
+        model.eval()
+        try:
+            with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16,
+                                                 enabled=self.autocast), self.frozen.top():
+                for batch in token_budget_batches([len(e.input_ids) for e in exs], self.budget):
+                    seqs = [exs[i] for i in batch]
+                    rows, cols = read_index(seqs, device)
+                    logits = reader.logits(self.frozen.embeds(seqs, device), None, rows, cols,
+                                           tokens=self.tokens(seqs, device),
+                                           features=self.features(seqs, device))
+                    probs = iter(reader.probabilities(logits).float().tolist())
+                    for i, e in zip(batch, seqs):
+                        out[i] = [next(probs) for _ in e.read_positions]
+        finally:
+            model.train(was)
+        return out
+
     def tokens(self, exs: list[Example], device: Any) -> Any:
         """The token ids of ``exs``, right-padded as their stored hidden states are (a
         surprisal head reads them)."""
@@ -281,8 +314,10 @@ class CachedSteps:
         self.checked = True
 
 
-def cached_steps(objective: Any, model: Any, cfg: Any, examples: Sequence[Example]) -> CachedSteps:
+def cached_steps(objective: Any, model: Any, cfg: Any, examples: Sequence[Example],
+                 dev: Sequence[Example] = ()) -> CachedSteps:
     """``objective`` on cached frozen layers, as a trainer's ``--cache-frozen`` and
-    ``--frozen-store`` ask (``cfg``: a PRM or ORM training config)."""
+    ``--frozen-store`` ask (``cfg``: a PRM or ORM training config); ``dev``: sequences that
+    validation reads through :meth:`CachedSteps.probabilities`."""
     frozen = FrozenLayers(model, cfg.loop.last_k, cfg.frozen_store)
-    return CachedSteps(objective, frozen, examples, cfg.loop.batch_tokens, cfg.autocast_bf16)
+    return CachedSteps(objective, frozen, examples, cfg.loop.batch_tokens, cfg.autocast_bf16, dev)

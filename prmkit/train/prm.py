@@ -66,7 +66,8 @@ class PRMTrainConfig(TrainConfig):
         "help": "with --train last-k: run the frozen layers once over the training set and "
                 "train on their stored outputs (cheaper epochs from the second on; checked "
                 "against the uncached forward on the first batch; memory: hidden size x 4 "
-                "bytes per training token)"})
+                "bytes per training token). --eval-data goes through the same pass, so "
+                "validation runs only the trained top, in the training dtype"})
     frozen_store: str | None = field(default=None, metadata={
         "help": "with --cache-frozen: a folder that keeps the frozen layers' outputs on disk; a "
                 "later run on the same base, --last-k and --dtype reads them (train orm "
@@ -208,7 +209,11 @@ def first_error_f1(records: Sequence[Record], scores: Sequence[Sequence[float | 
 
 def validate(prm: Any, records: Sequence[Record]) -> dict[str, float]:
     """Step AUC and first-error F1 of a scorer on labelled dev records."""
-    scores = prm.score([r.problem for r in records], [r.steps for r in records])
+    return step_metrics(records, prm.score([r.problem for r in records], [r.steps for r in records]))
+
+
+def step_metrics(records: Sequence[Record], scores: Sequence[Sequence[float | None]]) -> dict[str, float]:
+    """Step AUC and first-error F1 of per-step scores (None: not scored) of labelled records."""
     ys, ss = [], []
     for r, s in zip(records, scores):
         for y, x in zip(r.labels_or_first_error() or [], s):
@@ -222,6 +227,29 @@ def validate(prm: Any, records: Sequence[Record]) -> dict[str, float]:
     f = first_error_f1(records, scores)
     if f is not None:
         out["dev_f1"] = round(f, 4)
+    return out
+
+
+def dev_examples(records: Sequence[Record], bound: BoundFormat, max_length: int) -> list[Example]:
+    """Dev records encoded for validation on cached frozen layers: every step's read position
+    that fits in ``max_length`` (the targets are unused)."""
+    out = []
+    for r in records:
+        enc = bound.encode(r.problem, r.steps, max_length=max_length)
+        pos = list(enc.read_positions)
+        ids = enc.input_ids[:pos[-1] + 1] if pos else enc.input_ids[:1]
+        out.append(Example(ids, pos, [0.0] * len(pos)))
+    return out
+
+
+def cached_scores(records: Sequence[Record], examples: Sequence[Example], probs: list[list[float]]
+                  ) -> list[list[float | None]]:
+    """Per-step scores of ``records`` from :func:`dev_examples`' probabilities (steps past the
+    cut are None)."""
+    out: list[list[float | None]] = []
+    for r, p in zip(records, probs):
+        row: list[float | None] = list(p)
+        out.append(row + [None] * (len(r.steps) - len(row)))
     return out
 
 
@@ -253,19 +281,26 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
           f"steps; {n_trainable:,} trainable parameters ({cfg.loop.train})", file=sys.stderr)
     fitness = {"auc": "dev_auc", "f1": "dev_f1"}[cfg.fitness] if dev_records else "neg_train_loss"
 
-    def evaluate(m: Any) -> dict[str, float]:
-        if not dev_records:
-            return {}
-        prm = wrap_model(m, tokenizer, fmt, HFConfig(dtype="float32", max_length=cfg.max_length))
-        out = validate(prm, dev_records)
-        out.setdefault(fitness, float("-inf"))
-        return out
-
     objective: Any = StepObjective(Reader(model, fmt, bound), pad_id(tokenizer))
+    dev = dev_examples(dev_records, bound, cfg.max_length) if cfg.cache_frozen else []
     if cfg.cache_frozen:
         from prmkit.train.frozen import cached_steps
 
-        objective = cached_steps(objective, model, cfg, examples)
+        objective = cached_steps(objective, model, cfg, examples, [e for e in dev if e.read_positions])
+
+    def evaluate(m: Any) -> dict[str, float]:
+        if not dev_records:
+            return {}
+        if cfg.cache_frozen and objective.checked:   # the dev set's frozen states are stored
+            kept = [e for e in dev if e.read_positions]
+            probs = iter(objective.probabilities(kept, next(m.parameters()).device))
+            out = step_metrics(dev_records, cached_scores(
+                dev_records, dev, [next(probs) if e.read_positions else [] for e in dev]))
+        else:
+            prm = wrap_model(m, tokenizer, fmt, HFConfig(dtype="float32", max_length=cfg.max_length))
+            out = validate(prm, dev_records)
+        out.setdefault(fitness, float("-inf"))
+        return out
     save = make_saver(cfg, fmt, tokenizer, "prm", model, len(examples), len(dev_records))
     loop = Loop(model, objective, examples, cfg.loop, cfg.output, fitness, evaluate, save,
                 autocast_bf16=cfg.autocast_bf16)
