@@ -91,6 +91,15 @@ def test_demo_runs_every_stage_and_reports_what_it_measured(base, tmp_path, caps
         assert claim["holds"] == (lo > (-5.0 if name.startswith("beam") else 0.0))
     assert printed.count("claim: ") == 4 and ("YES: " in printed or "NO: " in printed)
     assert summary["prm_step_auc"] == pytest.approx(by_pairs)
+    # the ORM's step AUC, the same brute force over its own step scores (its last one is the
+    # outcome score that ranks candidates)
+    assert all(r.meta["orm_step_scores"][-1] == r.meta["outcome_score"] for r in test)
+    orm = [(x, y >= 0.5) for r in test for x, y in zip(r.meta["orm_step_scores"], r.labels)]
+    orm_right, orm_wrong = [x for x, y in orm if y], [x for x, y in orm if not y]
+    orm_pairs = sum((a > b) + 0.5 * (a == b) for a in orm_right for b in orm_wrong) / (
+        len(orm_right) * len(orm_wrong))
+    assert summary["orm_step_auc"] == pytest.approx(orm_pairs)
+    assert summary["summary"]["ORM step AUC vs gold labels (test)"].startswith(f"{orm_pairs:.3f} ")
 
     # a rerun with the same settings reuses every stage and prints the same summary
     before = (out / "test_scored.jsonl").read_text()

@@ -298,13 +298,13 @@ def _load(model_dir: str) -> Any:
 def _score(test: Sequence[Record], prm: Any, orm_dir: str,
            gold: dict[str, Record]) -> list[Record]:
     step_scores = _score_with(prm, test, "PRM")
-    outcome = [s[-1] for s in _score_with(_load(orm_dir), test, "ORM")]
+    orm_steps = _score_with(_load(orm_dir), test, "ORM")   # its last step is the outcome score
     out = []
-    for r, s, o in zip(test, step_scores, outcome):
+    for r, s, o in zip(test, step_scores, orm_steps):
         g = gold[r.id]
         out.append(Record(**{**r.to_dict(), "step_scores": s, "labels": g.labels,
                              "first_error": g.first_error,
-                             "meta": {**r.meta, "outcome_score": o}}))
+                             "meta": {**r.meta, "outcome_score": o[-1], "orm_step_scores": o}}))
     return out
 
 

@@ -87,7 +87,7 @@ def search_row(search: dict[str, Any], method: str) -> dict[str, Any]:
 def finish(res: Results, out: str, say: Any, seconds: float) -> None:
     """6. the report, the printed summary and ``summary.json``."""
     claims = claims_of(res)
-    auc = (step_auc(res.scored), step_auc(res.bon.gold_scored))
+    auc = (step_auc(res.scored), step_auc(res.bon.gold_scored), orm_step_auc(res.scored))
     rows = summary_rows(res, claims, auc)
     report = os.path.join(out, "report.html")
     write_report(report, res, rows)
@@ -97,7 +97,7 @@ def finish(res: Results, out: str, say: Any, seconds: float) -> None:
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"  {k.ljust(width)}  {v}")
-    doc = {"config": asdict(res.config), "prm_step_auc": auc[0],
+    doc = {"config": asdict(res.config), "prm_step_auc": auc[0], "orm_step_auc": auc[2],
            "claims": lab_claims.claims_json(claims), "summary": dict(rows),
            "bestofn": res.bon.curve, "search": res.search}
     tmp = os.path.join(out, "summary.json.tmp")
@@ -117,8 +117,15 @@ def step_auc(scored: Sequence[Record]) -> float | None:
     return auc([s for s, _ in pairs], [y for _, y in pairs])
 
 
+def orm_step_auc(scored: Sequence[Record]) -> float | None:
+    """The ORM's step AUC against the same gold labels: how well outcome labels alone taught
+    it where a solution goes wrong (its step scores are read at every step, as the PRM's)."""
+    return step_auc([Record(**{**r.to_dict(), "step_scores": r.meta.get("orm_step_scores")})
+                     for r in scored if r.meta.get("orm_step_scores")])
+
+
 def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
-                 auc: tuple[float | None, float | None]) -> list[tuple[str, str]]:
+                 auc: tuple[float | None, ...]) -> list[tuple[str, str]]:
     cfg, curve, top = res.config, res.bon.curve, res.bon.top
     n, problems = curve["n"][-1], curve["problems_total"]
     rows = [("sizes", f"{cfg.train_problems} x {cfg.train_n} training candidates, "
@@ -126,10 +133,12 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
     for m in BON_METHODS:
         if m in top:
             rows.append((f"best-of-{n} accuracy, {m}", f"{top[m]:.1f}%"))
-    trained, exact = auc   # how well the PRMs rank steps: the reason for what follows
+    trained, exact, orm = auc   # how well the models rank steps: the reason for what follows
     if trained is not None:
         rows.append(("PRM step AUC vs gold labels (test)", f"{trained:.3f}" + (
             "" if exact is None else f" (the exact-label PRM: {exact:.3f})")))
+    if orm is not None:
+        rows.append(("ORM step AUC vs gold labels (test)", f"{orm:.3f} (trained on outcomes only)"))
     s = cfg.select
     beam, bon = search_row(res.search, "beam"), search_row(res.search, "best-of-n")
     rows += [
