@@ -13,10 +13,13 @@ as one trained on step labels that cost rollouts to make? Both sides run in this
   labels (:func:`prmkit.label.mc.label_mc`, Math-Shepherd per-step hard estimates,
   ``--rollouts`` rollouts per step from the same lab policy); the bench prints what those
   rollouts cost in generated tokens, the price the implicit PRM does not pay.
-* Models, same budget: SmolLM2-135M-Instruct, the last ``--last-k`` layers and final norm
-  trained (the explicit PRM also trains its new 2-class head), the same training solutions,
-  ``--epochs`` epochs, the same learning rate, token budget per batch and seed, bfloat16
-  autocast for training. Explicit: ``prmkit train prm`` (format ``prmkit``, class head).
+* Models: SmolLM2-135M-Instruct, the same training solutions and seed, bfloat16 autocast for
+  training. The implicit PRM trains the last ``--last-k`` layers and final norm for
+  ``--epochs`` epochs at ``--lr``. The explicit PRM (``prmkit train prm``, format ``prmkit``)
+  takes, with ``--explicit-recipe surprisal`` (the default), the recipe of ``prmkit demo``:
+  the surprisal head alone on the frozen body (cached), 16 epochs at lr 1e-3 in batches of
+  4096 tokens, a few seconds an epoch; with ``class``, a new 2-class head with the implicit
+  PRM's layers, epochs, learning rate and token budget (the recipe of the 2026-11-30 run).
   Implicit: ``prmkit train implicit-prm`` (cross-entropy, ``--beta``, the policy's chat
   layout). The number of optimiser steps each took is printed (their sequences differ in
   length, so token budgets pack them differently).
@@ -134,6 +137,11 @@ def main() -> int:
     ap.add_argument("--last-k", type=int, default=2, help="trained layers, both PRMs")
     ap.add_argument("--batch-tokens", type=int, default=2048, help="token budget per batch")
     ap.add_argument("--beta", type=float, default=0.05, help="implicit PRM's beta")
+    ap.add_argument("--explicit-recipe", choices=["surprisal", "class"], default="surprisal",
+                    help="surprisal: the explicit PRM with prmkit demo's recipe (surprisal "
+                         "head alone on the frozen body, cached, 16 epochs at lr 1e-3, 4096-"
+                         "token batches); class: a new class head with the implicit PRM's "
+                         "layers, epochs, lr and batches (the recipe of the 2026-11-30 run)")
     ap.add_argument("--seed", type=int, default=0, help="seed of problems, sampling, training")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -169,6 +177,12 @@ def main() -> int:
                                   output=os.path.join(args.out, "explicit"), format="prmkit",
                                   head="class", dtype="bfloat16", max_length=512,
                                   loop=LoopConfig(**loop))
+    if args.explicit_recipe == "surprisal":   # prmkit demo's PRM recipe
+        explicit_cfg = PRMTrainConfig(
+            base=args.base, data=explicit_cfg.data, output=explicit_cfg.output, format="prmkit",
+            head="surprisal", dtype="bfloat16", max_length=512, cache_frozen=True,
+            loop=LoopConfig(**{**loop, "last_k": 0, "epochs": 16, "lr": 1e-3,
+                               "batch_tokens": 4096}))
     hist = train_prm(explicit_cfg)
     runs["explicit"] = {"steps": hist[-1]["step"], "train_seconds": round(time.time() - t, 1),
                         "train_loss": hist[-1]["train_loss"]}
