@@ -242,10 +242,9 @@ def dev_examples(records: Sequence[Record], bound: BoundFormat, max_length: int)
     return out
 
 
-def cached_scores(records: Sequence[Record], examples: Sequence[Example], probs: list[list[float]]
-                  ) -> list[list[float | None]]:
-    """Per-step scores of ``records`` from :func:`dev_examples`' probabilities (steps past the
-    cut are None)."""
+def cached_scores(records: Sequence[Record], probs: list[list[float]]) -> list[list[float | None]]:
+    """Per-step scores of ``records`` from the probabilities at their :func:`dev_examples`'
+    read positions (steps past the cut are None)."""
     out: list[list[float | None]] = []
     for r, p in zip(records, probs):
         row: list[float | None] = list(p)
@@ -295,12 +294,13 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
             kept = [e for e in dev if e.read_positions]
             probs = iter(objective.probabilities(kept, next(m.parameters()).device))
             out = step_metrics(dev_records, cached_scores(
-                dev_records, dev, [next(probs) if e.read_positions else [] for e in dev]))
+                dev_records, [next(probs) if e.read_positions else [] for e in dev]))
         else:
             prm = wrap_model(m, tokenizer, fmt, HFConfig(dtype="float32", max_length=cfg.max_length))
             out = validate(prm, dev_records)
         out.setdefault(fitness, float("-inf"))
         return out
+
     save = make_saver(cfg, fmt, tokenizer, "prm", model, len(examples), len(dev_records))
     loop = Loop(model, objective, examples, cfg.loop, cfg.output, fitness, evaluate, save,
                 autocast_bf16=cfg.autocast_bf16)
