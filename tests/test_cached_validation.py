@@ -68,3 +68,41 @@ def test_uncached_validation_is_unchanged(tmp_path, monkeypatch):
     worst = max(abs(a - b) for s, t in zip(plain, reference) for a, b in zip(s, t)
                 if a is not None)
     assert worst <= 1e-6
+
+
+def test_the_untrained_baselines_are_written_before_the_first_step(tmp_path):
+    """DIR/untrained.json: the best constant predictor's loss (the entropy of the targets,
+    worked by hand here) and the dev metrics of the model before training; for a hazard head,
+    whose weights start at 0, every solution's step k gets the same score, a function of its
+    position alone."""
+    import json
+    import math
+
+    from prmkit.train.common import training_format
+    from prmkit.train.prm import step_metrics
+
+    base = tied_base(tmp_path)
+    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    write_records(str(train), records(12))
+    write_records(str(dev), records(6))
+    out = tmp_path / "run"
+    train_prm(PRMTrainConfig(base=base, data=str(train), eval_data=str(dev), output=str(out),
+                             max_length=128, head="hazard", cache_frozen=True,
+                             loop=LoopConfig(lr=3e-3, batch_tokens=512, last_k=0, warmup=0.0,
+                                             epochs=1)))
+    got = json.loads((out / "untrained.json").read_text())
+    ys = [y for r in records(12) for y in r.labels]
+    p = sum(ys) / len(ys)
+    assert got["constant_loss"] == pytest.approx(-(p * math.log(p) + (1 - p) * math.log(1 - p)),
+                                                 abs=1e-6)
+    # before the first step the hazard head is the keep bias alone: the dev metrics are those
+    # of scores that fall with each step's read position
+    fmt = training_format("prmkit", "hazard")
+    from transformers import AutoTokenizer
+
+    bound = fmt.bind(AutoTokenizer.from_pretrained(base))
+    dev_recs = records(6)
+    reads = [list(bound.encode(r.problem, r.steps, max_length=128).read_positions) for r in dev_recs]
+    by_position = [[-x for x in pos] for pos in reads]   # any falling function ranks the same
+    want = step_metrics(dev_recs, by_position)
+    assert got["dev_auc"] == pytest.approx(want["dev_auc"], abs=1e-6)

@@ -99,7 +99,12 @@ def same_weights(a, b):
 
 
 def assert_same_run(full, out):
-    assert sorted(os.listdir(out)) == ["best", "last", "metrics.jsonl"]  # nothing left over
+    # nothing left over (untrained.json: the baselines, written before the first step where
+    # the trainer has any)
+    assert sorted(os.listdir(out)) == sorted(os.listdir(full))
+    assert set(os.listdir(out)) - {"untrained.json"} == {"best", "last", "metrics.jsonl"}
+    if (full / "untrained.json").exists():
+        assert (out / "untrained.json").read_text() == (full / "untrained.json").read_text()
     assert lines(out) == lines(full)
     for folder in ("best", "last"):
         assert sorted(os.listdir(out / folder)) == sorted(os.listdir(full / folder))

@@ -94,7 +94,8 @@ def test_killed_run_resumes_to_the_same_weights_and_step_count(base, data, tmp_p
 
     def dying_validate(prm, recs):
         calls["n"] += 1
-        if calls["n"] == 2:  # killed during the second validation (after step 4)
+        # killed during the third validation: the untrained model's, step 2's, then step 4's
+        if calls["n"] == 3:
             raise KeyboardInterrupt
         return real_validate(prm, recs)
 

@@ -33,7 +33,8 @@ class TrainConfig:
 
     base: str = field(metadata={"help": "base model: a default name (smollm2-135m), a folder"})
     data: str = field(metadata={"help": "training records (prmkit JSONL)"})
-    output: str = field(metadata={"help": "output folder: best/, last/, metrics.jsonl"})
+    output: str = field(metadata={
+        "help": "output folder: best/, last/, metrics.jsonl, untrained.json (the baselines)"})
     eval_data: str | None = field(default=None, metadata={"help": "dev records for validation"})
     format: str = field(default="prmkit", metadata={"help": "step format preset or JSON"})
     max_length: int = field(default=1024, metadata={"help": "longer solutions are left out"})

@@ -346,6 +346,28 @@ class Loop:
                             enabled=self.autocast_bf16):
             return self.objective(exs, self.acc.device, via)
 
+    def _untrained(self) -> None:
+        """The baselines a learning curve starts from, in ``DIR/untrained.json`` and one printed
+        line: the training loss of the best constant predictor (the targets' entropy: a loss
+        that ends there learnt nothing) and the dev metrics of the model before its first step
+        (for a hazard head, whose weights start at 0, a predictor of the step's position alone;
+        for label tokens, the base LM zero-shot)."""
+        import math
+
+        targets = [t for e in self.examples if e.rejected is None for t in e.targets]
+        out: dict[str, Any] = {}
+        if targets and all(0.0 <= t <= 1.0 for t in targets):
+            p = min(max(sum(targets) / len(targets), 1e-12), 1 - 1e-12)
+            out["constant_loss"] = round(-(p * math.log(p) + (1 - p) * math.log(1 - p)), 6)
+        self.model.eval()
+        out.update(self.evaluate(self.acc.unwrap_model(self.model)))
+        self.model.train()
+        out = {k: v for k, v in out.items() if not (isinstance(v, float) and math.isinf(v))}
+        if out:
+            os.makedirs(self.output, exist_ok=True)
+            ckpt.write_json(os.path.join(self.output, "untrained.json"), out)
+            print("untrained: " + "  ".join(f"{k}={v}" for k, v in out.items()), file=sys.stderr)
+
     def run(self) -> list[dict[str, Any]]:
         from prmkit.progress import progress as tqdm
 
@@ -363,6 +385,10 @@ class Loop:
         if prepare is not None and world == 1 and self.step < self.total_steps:
             # before the bar starts, so that its rate (and time left) is the steps' own
             prepare([self.examples[i] for i in self.batches[0]], self.acc.device)
+        if self.step == 0:
+            if self.acc.is_main_process:
+                self._untrained()
+            self.acc.wait_for_everyone()
         bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit="step",
                    disable=None if self.acc.is_main_process else True)
         while self.step < self.total_steps:
