@@ -195,7 +195,7 @@ class CachedSteps:
         self.stored: dict[int, Any] = {}   # id(example) -> its LM features (see features)
         self.budget, self.autocast = budget, autocast
         # the dev sequences go through the same frozen pass: validation then runs the top alone
-        self.examples, self.dev = list(examples) + list(dev), list(dev)
+        self.examples = list(examples) + list(dev)
 
     def __call__(self, exs: list[Example], device: Any, via: Any) -> Any:
         if via is not None:   # DDP must see the whole forward: no cache
