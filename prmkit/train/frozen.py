@@ -201,12 +201,17 @@ class CachedSteps:
         if via is not None:   # DDP must see the whole forward: no cache
             return self.objective(exs, device, via)
         self.prepare(exs, device)
+        return self.objective.loss(self.stored_logits(exs, device), exs, device)
+
+    def stored_logits(self, exs: Sequence[Example], device: Any) -> Any:
+        """The step logits of ``exs`` read from their stored states through the model's top
+        (the trained layers and the head): the cached forward of training, of the first
+        batch's check and of validation."""
         rows, cols = read_index(exs, device)
         with self.frozen.top():
-            logits = self.objective.reader.logits(self.frozen.embeds(exs, device), None, rows, cols,
-                                                  tokens=self.tokens(exs, device),
-                                                  features=self.features(exs, device))
-        return self.objective.loss(logits, exs, device)
+            return self.objective.reader.logits(self.frozen.embeds(exs, device), None, rows, cols,
+                                                tokens=self.tokens(exs, device),
+                                                features=self.features(exs, device))
 
     def prepare(self, exs: list[Example], device: Any) -> None:
         """Once, where the model is on its device: the cached forward checked on ``exs``,
@@ -261,20 +266,17 @@ class CachedSteps:
 
         from prmkit.models.reading import token_budget_batches
 
-        model, reader = self.frozen.model, self.objective.reader
+        model = self.frozen.model
         out: list[list[float]] = [[] for _ in exs]
         was = model.training
         model.eval()
         try:
             with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16,
-                                                 enabled=self.autocast), self.frozen.top():
+                                                 enabled=self.autocast):
                 for batch in token_budget_batches([len(e.input_ids) for e in exs], self.budget):
                     seqs = [exs[i] for i in batch]
-                    rows, cols = read_index(seqs, device)
-                    logits = reader.logits(self.frozen.embeds(seqs, device), None, rows, cols,
-                                           tokens=self.tokens(seqs, device),
-                                           features=self.features(seqs, device))
-                    probs = iter(reader.probabilities(logits).float().tolist())
+                    logits = self.stored_logits(seqs, device)
+                    probs = iter(self.objective.reader.probabilities(logits).float().tolist())
                     for i, e in zip(batch, seqs):
                         out[i] = [next(probs) for _ in e.read_positions]
         finally:
@@ -294,17 +296,13 @@ class CachedSteps:
 
 
         reader, model = self.objective.reader, self.frozen.model
-        rows, cols = read_index(exs, device)
         was = model.training
         model.eval()   # no dropout: both forwards must be the same function
         with torch.no_grad(), torch.autocast(device.type, enabled=False):
             full = read_logits(reader, exs, self.objective.pad, True, device, None).float()
             hidden = self.frozen.bottom_hidden(exs, self.objective.pad, device)
             self.frozen.hidden.update({id(e): h for e, h in zip(exs, hidden)})
-            with self.frozen.top():
-                cached = reader.logits(self.frozen.embeds(exs, device), None, rows, cols,
-                                       tokens=self.tokens(exs, device),
-                                       features=self.features(exs, device)).float()
+            cached = self.stored_logits(exs, device).float()
         model.train(was)
         gap = float((full - cached).abs().max())
         if not gap <= TOLERANCE:

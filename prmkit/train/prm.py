@@ -282,17 +282,17 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
 
     objective: Any = StepObjective(Reader(model, fmt, bound), pad_id(tokenizer))
     dev = dev_examples(dev_records, bound, cfg.max_length) if cfg.cache_frozen else []
+    scored_dev = [e for e in dev if e.read_positions]   # cut before its first step: none
     if cfg.cache_frozen:
         from prmkit.train.frozen import cached_steps
 
-        objective = cached_steps(objective, model, cfg, examples, [e for e in dev if e.read_positions])
+        objective = cached_steps(objective, model, cfg, examples, scored_dev)
 
     def evaluate(m: Any) -> dict[str, float]:
         if not dev_records:
             return {}
         if cfg.cache_frozen and objective.checked:   # the dev set's frozen states are stored
-            kept = [e for e in dev if e.read_positions]
-            probs = iter(objective.probabilities(kept, next(m.parameters()).device))
+            probs = iter(objective.probabilities(scored_dev, next(m.parameters()).device))
             out = step_metrics(dev_records, cached_scores(
                 dev_records, [next(probs) if e.read_positions else [] for e in dev]))
         else:
