@@ -106,3 +106,41 @@ def test_the_untrained_baselines_are_written_before_the_first_step(tmp_path):
     by_position = [[-x for x in pos] for pos in reads]   # any falling function ranks the same
     want = step_metrics(dev_recs, by_position)
     assert got["dev_auc"] == pytest.approx(want["dev_auc"], abs=1e-6)
+
+
+def outcome_records(recs: list[Record]) -> list[Record]:
+    """The same solutions with one outcome each, learnable where the ORM reads: whether the
+    last step is a good one."""
+    return [Record(id=r.id, problem=r.problem, steps=r.steps, is_correct=r.labels[-1] >= 0.5)
+            for r in recs]
+
+
+@pytest.mark.parametrize("head,last_k", [("class", 1), ("surprisal", 0)])
+def test_cached_orm_validation_scores_equal_the_saved_models_scores(tmp_path, monkeypatch, head,
+                                                                    last_k):
+    """train orm --cache-frozen --eval-data: the last-step scores validation ranks are the
+    saved ORM's through the ordinary scorer, and a dev solution whose last step is cut gets 0
+    in both."""
+    import prmkit.train.orm as orm_module
+    from prmkit.train.orm import ORMTrainConfig, train_orm
+
+    seen: list[list[float]] = []
+    real = orm_module.auc
+    monkeypatch.setattr(orm_module, "auc", lambda ys, ss: (seen.append(list(ss)), real(ys, ss))[1])
+    base = tied_base(tmp_path)
+    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    write_records(str(train), outcome_records(records(60)))
+    dev_recs = outcome_records(dev_records())
+    write_records(str(dev), dev_recs)
+    out = tmp_path / "orm"
+    history = train_orm(ORMTrainConfig(
+        base=base, data=str(train), eval_data=str(dev), output=str(out), max_length=128,
+        head=head, cache_frozen=True,
+        loop=LoopConfig(lr=1e-2, batch_tokens=512, last_k=last_k, warmup=0.0, epochs=3)))
+    assert "dev_auc" in history[-1]
+    prm = load_hf_prm(str(out / "last"), config=HFConfig(dtype="float32", max_length=128))
+    scores = prm.score([r.problem for r in dev_recs], [r.steps for r in dev_recs])
+    reference = [s[-1] if s[-1] is not None else 0.0 for s in scores]
+    assert len(seen[-1]) == len(reference) and seen[-1][-1] == reference[-1] == 0.0
+    assert max(abs(a - b) for a, b in zip(seen[-1], reference)) <= 1e-4
+    assert len({round(x, 3) for x in seen[-1]}) > 3   # not constant

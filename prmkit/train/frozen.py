@@ -248,8 +248,13 @@ class CachedSteps:
         """Every sequence's LM features now (a surprisal head alone; from the store where it
         has them), then the store written (:meth:`FrozenLayers.flush`)."""
         if self.objective.reader.surprisal is not None and not self.frozen.k:
+            from prmkit.progress import progress
+
             kept = self.frozen.kept
-            for e in self.examples:
+            todo = [e for e in self.examples if "f:" + digest(e.input_ids) not in kept]
+            # one vocabulary projection per token, in float32: minutes for a large set
+            for e in progress(self.examples, desc="LM features", unit="seq",
+                              disable=True if not todo else None):
                 key = "f:" + digest(e.input_ids)
                 if key in kept:
                     self.stored[id(e)] = kept[key]

@@ -31,7 +31,7 @@ from prmkit.stepformat import BoundFormat
 from prmkit.train.common import (HEADS, TrainConfig, auc, load_base, make_saver, pad_id,
                                  read_logits, training_format)
 from prmkit.train.loop import Example, Loop, set_trainable
-from prmkit.train.prm import StepObjective, init_hazard_head
+from prmkit.train.prm import StepObjective, cached_dev_scores, dev_examples, init_hazard_head
 
 OBJECTIVES = ("outcome", "pairwise")
 
@@ -49,7 +49,8 @@ class ORMTrainConfig(TrainConfig):
                 "outcome alone)"})
     cache_frozen: bool = field(default=False, metadata={
         "help": "with --train last-k and --objective outcome: run the frozen layers once and "
-                "train on their stored outputs, as train prm --cache-frozen does"})
+                "train on their stored outputs, as train prm --cache-frozen does; --eval-data "
+                "goes through the same pass, so validation runs only the trained top"})
     frozen_store: str | None = field(default=None, metadata={
         "help": "with --cache-frozen: a folder that keeps the frozen layers' outputs on disk, "
                 "shared with train prm --frozen-store on the same base"})
@@ -166,11 +167,18 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
     model = set_trainable(model, cfg.loop)
     fitness = "dev_auc" if dev else "neg_train_loss"
 
+    # with --cache-frozen the dev set goes through the frozen pass too, and validation runs
+    # only the trained top on its stored states, as train prm's does
+    dev_seqs = dev_examples(dev, bound, cfg.max_length) if cfg.cache_frozen else []
+
     def evaluate(m: Any) -> dict[str, float]:
         if not dev:
             return {}
-        prm = wrap_model(m, tokenizer, fmt, HFConfig(dtype="float32", max_length=cfg.max_length))
-        scores = prm.score([r.problem for r in dev], [r.steps for r in dev])
+        if cfg.cache_frozen and objective.checked:
+            scores = cached_dev_scores(objective, dev, dev_seqs, next(m.parameters()).device)
+        else:
+            prm = wrap_model(m, tokenizer, fmt, HFConfig(dtype="float32", max_length=cfg.max_length))
+            scores = prm.score([r.problem for r in dev], [r.steps for r in dev])
         a = auc([float(bool(r.is_correct)) for r in dev], [s[-1] if s[-1] is not None else 0.0
                                                            for s in scores])
         return {"dev_auc": round(a, 6) if a is not None else float("-inf")}
@@ -181,7 +189,8 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
     if cfg.cache_frozen:
         from prmkit.train.frozen import cached_steps
 
-        objective = cached_steps(objective, model, cfg, examples)
+        objective = cached_steps(objective, model, cfg, examples,
+                                 [e for e in dev_seqs if e.read_positions])
     loop = Loop(model, objective, examples, cfg.loop, cfg.output, fitness, evaluate, save,
                 autocast_bf16=cfg.autocast_bf16)
     return loop.run()

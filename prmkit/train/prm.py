@@ -40,8 +40,9 @@ from prmkit.train.common import (HEADS, TrainConfig, auc, load_base, make_saver,
 from prmkit.train.loop import HEAD_MODULES, Example, Loop, set_trainable
 
 FITNESS = ("auc", "f1")
-__all__ = ["FITNESS", "HEADS", "PRMTrainConfig", "StepObjective", "auc", "first_error_f1",
-           "step_examples", "train_prm", "training_format", "validate"]
+__all__ = ["FITNESS", "HEADS", "PRMTrainConfig", "StepObjective", "auc", "cached_dev_scores",
+           "dev_examples", "first_error_f1", "step_examples", "train_prm", "training_format",
+           "validate"]
 
 
 @dataclass(kw_only=True)
@@ -252,6 +253,15 @@ def cached_scores(records: Sequence[Record], probs: list[list[float]]) -> list[l
     return out
 
 
+def cached_dev_scores(objective: Any, records: Sequence[Record], dev: Sequence[Example],
+                      device: Any) -> list[list[float | None]]:
+    """Per-step scores of dev ``records`` (encoded as ``dev``, :func:`dev_examples`) from
+    their stored frozen states, through a :class:`prmkit.train.frozen.CachedSteps`
+    objective's trained top; a record cut before its first step gets no scores."""
+    probs = iter(objective.probabilities([e for e in dev if e.read_positions], device))
+    return cached_scores(records, [next(probs) if e.read_positions else [] for e in dev])
+
+
 # ---------------------------------------------------------------------------------------------
 # training
 
@@ -292,9 +302,8 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
         if not dev_records:
             return {}
         if cfg.cache_frozen and objective.checked:   # the dev set's frozen states are stored
-            probs = iter(objective.probabilities(scored_dev, next(m.parameters()).device))
-            out = step_metrics(dev_records, cached_scores(
-                dev_records, [next(probs) if e.read_positions else [] for e in dev]))
+            out = step_metrics(dev_records, cached_dev_scores(objective, dev_records, dev,
+                                                              next(m.parameters()).device))
         else:
             prm = wrap_model(m, tokenizer, fmt, HFConfig(dtype="float32", max_length=cfg.max_length))
             out = validate(prm, dev_records)
