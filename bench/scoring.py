@@ -96,6 +96,7 @@ def main() -> int:
     prm.score(problems, steps)
     t_one = time.perf_counter() - t
     stats = prm.stats
+    one_tokens = stats.real_tokens
     efficiency = stats.padding_efficiency()   # one-pass alone (per-prefix adds to the stats)
     print(f"one-pass scoring: {t_one:.1f} s, {stats.forwards} forwards, {stats.real_tokens} real "
           f"tokens, {stats.computed_tokens} computed; {stats.real_tokens / t_one:.0f} real tokens/s",
@@ -114,10 +115,16 @@ def main() -> int:
     ratio_prefix = None
     if not args.skip_per_prefix:
         t = time.perf_counter()
+        before = prm.stats.real_tokens
         prm.score_per_prefix(problems, steps)
         t_pre = time.perf_counter() - t
         ratio_prefix = t_pre / t_one
-        print(f"per-prefix scoring: {t_pre:.1f} s", flush=True)
+        pre_tokens = prm.stats.real_tokens - before
+        # the bound: at the same speed per token, the ratio is the tokens' ratio (less where
+        # attention's cost, quadratic in length, weighs: the prefixes are shorter)
+        print(f"per-prefix scoring: {t_pre:.1f} s, {pre_tokens} real tokens "
+              f"({pre_tokens / one_tokens:.2f}x one-pass's), "
+              f"{pre_tokens / t_pre:.0f} real tokens/s", flush=True)
 
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if t_full is not None:
