@@ -11,12 +11,11 @@ trained models on held-out labelled steps.
   layers, the final norm and the head), applied once before the copy. TRL trains whatever
   requires a gradient, so both train exactly the same tensors (checked).
 * Step format: TRL's convention (prompt, then each completion + "\\n", the label on the last
-  token of each), which is prmkit's ``trl`` preset with a 2-class head. TRL's ``tokenize_row``
-  also puts ``tokenizer.bos_token_id`` first whenever the tokenizer has one, even if the
-  tokenizer itself never adds it (SmolLM2: ``<|im_start|>``), and the ``trl`` preset does not.
-  So, by default, the bench puts the BOS token at the start of the preset's prefix, and checks
-  that prmkit's ids and read positions equal TRL's ids and labelled positions for every
-  training record (``--plain-preset`` trains prmkit on the preset as shipped instead).
+  token of each, ``tokenizer.bos_token_id`` first whenever the tokenizer has one, even if the
+  tokenizer itself never adds it; SmolLM2: ``<|im_start|>``), which is prmkit's ``trl`` preset
+  (``bos: always``) with a 2-class head. The bench checks that prmkit's ids and read positions
+  equal TRL's ids and labelled positions for every training record, and that TRL trained on
+  exactly prmkit's sequences.
 * Data: PRM800K phase-1 human step labels, converted as ``prmkit convert --from prm800k
   --prm800k-alternatives --skip-empty`` (neutral = 1). Train: a seeded sample of
   ``--n-train`` records of the train part with every step labelled (TRL cannot hold an
@@ -53,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 import os
 import random
@@ -70,11 +68,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from prmkit import formats  # noqa: E402
-from prmkit.models.hf import HFConfig, HFPRM, Reader, token_budget_batches  # noqa: E402
+from prmkit.models.hf import HFConfig, HFPRM, Reader  # noqa: E402
 from prmkit.records import Record, write_records  # noqa: E402
 from prmkit.models import folder as modeldir  # noqa: E402
-from prmkit.train.loop import Loop, LoopConfig, set_trainable, trainable_names  # noqa: E402
-from prmkit.train.prm import PRMTrainConfig, make_saver, step_examples, training_format, validate  # noqa: E402
+from prmkit.train.loop import (Loop, LoopConfig, set_trainable, trainable_names,  # noqa: E402
+                               training_batches)
+from prmkit.train.prm import (PRMTrainConfig, StepObjective, make_saver, step_examples,  # noqa: E402
+                              training_format, validate)
 from prmkit.shareddata import shared_data_dir  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -111,12 +111,13 @@ def sample(path: str, n: int, seed: int, bound, max_length: int, every_step: boo
     return out
 
 
-def budget_for(lengths: list[int], steps: int) -> int:
-    """The smallest token budget that packs ``lengths`` into at most ``steps`` batches."""
+def budget_for(lengths: list[int], steps: int, seed: int) -> int:
+    """The smallest token budget under which prmkit's loop packs ``lengths`` into at most
+    ``steps`` batches (its own batching, :func:`prmkit.train.loop.training_batches`)."""
     lo, hi = max(lengths), max(lengths) * len(lengths)
     while lo < hi:
         mid = (lo + hi) // 2
-        if len(token_budget_batches(lengths, mid)) <= steps:
+        if len(training_batches(lengths, mid, seed)) <= steps:
             hi = mid
         else:
             lo = mid + 1
@@ -158,8 +159,9 @@ def run_prmkit(model, tokenizer, fmt, examples, args, budget, out_dir, train_pat
 
     reader = Reader(model, fmt, fmt.bind(tokenizer))
     pad = next(i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if i is not None)
-    loop = CountingLoop(model, reader, examples, loop_cfg, out_dir, pad, "neg_train_loss",
-                        lambda m: {}, save, autocast_bf16=args.dtype == "bfloat16")
+    loop = CountingLoop(model, StepObjective(reader, pad), examples, loop_cfg, out_dir,
+                        "neg_train_loss", lambda m: {}, save,
+                        autocast_bf16=args.dtype == "bfloat16")
     t, c = time.perf_counter(), time.process_time()
     history = loop.run()
     seconds, cpu = time.perf_counter() - t, time.process_time() - c
@@ -240,8 +242,6 @@ def main(argv=None) -> None:
                          "order; the fastest run of each counts (all are printed)")
     ap.add_argument("--order", default="prmkit,trl", choices=("prmkit,trl", "trl,prmkit"),
                     help="which trainer runs first")
-    ap.add_argument("--plain-preset", action="store_true",
-                    help="train prmkit on the trl preset as shipped (no BOS); TRL adds BOS")
     ap.add_argument("--trl-gradient-checkpointing", action="store_true",
                     help="keep TRL's default gradient checkpointing (prmkit has none)")
     ap.add_argument("--trl-group-by-length", action="store_true",
@@ -271,8 +271,6 @@ def main(argv=None) -> None:
     if tokenizer.pad_token_id is None:  # TRL's collator pads with it; prmkit falls back to eos
         tokenizer.pad_token = tokenizer.eos_token
     fmt = training_format("trl", "class")
-    if tokenizer.bos_token_id is not None and not args.plain_preset:
-        fmt = dataclasses.replace(fmt, prefix=tokenizer.bos_token + fmt.prefix)
     bound = fmt.bind(tokenizer)
 
     # -- data ----------------------------------------------------------------------------------
@@ -291,8 +289,8 @@ def main(argv=None) -> None:
     examples, _ = step_examples(train, bound, args.max_length, soft=False, until_first_error=False)
     lengths = [len(e.input_ids) for e in examples]
     # as many batches as TRL has per epoch, so the mean sequences per step match
-    budget = budget_for(lengths, -(-len(examples) // args.batch_size))
-    n_batches = len(token_budget_batches(lengths, budget))
+    budget = budget_for(lengths, -(-len(examples) // args.batch_size), args.seed)
+    n_batches = len(training_batches(lengths, budget, args.seed))
     dev_steps = [float(y >= 0.5) for r in dev for y in r.labels if y is not None]
     log(f"data: {len(train)} train records ({sum(lengths)} tokens, {sum(len(e.targets) for e in examples)} "
         f"labelled steps, {sum(t_ < 0.5 for e in examples for t_ in e.targets)} wrong); {len(dev)} dev "
@@ -348,7 +346,7 @@ def main(argv=None) -> None:
                 r = run_trl(model, tokenizer, rows, args, os.path.join(args.output, "trl"))
                 # TRL tokenised the same rows itself: it must have trained on prmkit's sequences
                 tokenized = sorted(tuple(x) for x in r.pop("tokenized")["input_ids"])
-                assert tokenized == sorted(tuple(e.input_ids) for e in examples) or args.plain_preset
+                assert tokenized == sorted(tuple(e.input_ids) for e in examples)
             r.update(load_before=load_before, load_after=os.getloadavg()[0])
             # only the trainable tensors moved
             state = model.state_dict()
