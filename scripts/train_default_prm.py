@@ -321,5 +321,6 @@ transfers to ProcessBench. The dev slice is a development set: do not report the
 ProcessBench results.
 """)
 
+
 if __name__ == "__main__":
     sys.exit(main())
