@@ -251,11 +251,11 @@ class CachedSteps:
             from prmkit.progress import progress
 
             kept = self.frozen.kept
-            todo = [e for e in self.examples if "f:" + digest(e.input_ids) not in kept]
+            keys = ["f:" + digest(e.input_ids) for e in self.examples]
             # one vocabulary projection per token, in float32: minutes for a large set
-            for e in progress(self.examples, desc="LM features", unit="seq",
-                              disable=True if not todo else None):
-                key = "f:" + digest(e.input_ids)
+            bar = progress(list(zip(self.examples, keys)), desc="LM features", unit="seq",
+                           disable=True if all(k in kept for k in keys) else None)
+            for e, key in bar:
                 if key in kept:
                     self.stored[id(e)] = kept[key]
                 else:
@@ -320,7 +320,10 @@ class CachedSteps:
 def cached_steps(objective: Any, model: Any, cfg: Any, examples: Sequence[Example],
                  dev: Sequence[Example] = ()) -> CachedSteps:
     """``objective`` on cached frozen layers, as a trainer's ``--cache-frozen`` and
-    ``--frozen-store`` ask (``cfg``: a PRM or ORM training config); ``dev``: sequences that
-    validation reads through :meth:`CachedSteps.probabilities`."""
+    ``--frozen-store`` ask (``cfg``: a PRM or ORM training config); ``dev``: the dev sequences
+    (:func:`prmkit.train.prm.dev_examples`) that validation reads through
+    :meth:`CachedSteps.probabilities`; one cut before its first step has nothing to read and
+    is left out of the pass."""
     frozen = FrozenLayers(model, cfg.loop.last_k, cfg.frozen_store)
-    return CachedSteps(objective, frozen, examples, cfg.loop.batch_tokens, cfg.autocast_bf16, dev)
+    return CachedSteps(objective, frozen, examples, cfg.loop.batch_tokens, cfg.autocast_bf16,
+                       [e for e in dev if e.read_positions])

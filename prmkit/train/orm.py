@@ -189,8 +189,7 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
     if cfg.cache_frozen:
         from prmkit.train.frozen import cached_steps
 
-        objective = cached_steps(objective, model, cfg, examples,
-                                 [e for e in dev_seqs if e.read_positions])
+        objective = cached_steps(objective, model, cfg, examples, dev_seqs)
     loop = Loop(model, objective, examples, cfg.loop, cfg.output, fitness, evaluate, save,
                 autocast_bf16=cfg.autocast_bf16)
     return loop.run()

@@ -292,11 +292,10 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
 
     objective: Any = StepObjective(Reader(model, fmt, bound), pad_id(tokenizer))
     dev = dev_examples(dev_records, bound, cfg.max_length) if cfg.cache_frozen else []
-    scored_dev = [e for e in dev if e.read_positions]   # cut before its first step: none
     if cfg.cache_frozen:
         from prmkit.train.frozen import cached_steps
 
-        objective = cached_steps(objective, model, cfg, examples, scored_dev)
+        objective = cached_steps(objective, model, cfg, examples, dev)
 
     def evaluate(m: Any) -> dict[str, float]:
         if not dev_records:
