@@ -45,6 +45,8 @@ A format is data (:class:`StepFormat`), not code:
       ``pieces``, as every format was before the field existed.
 * ``strip``: each step's surrounding whitespace is stripped first (Math-Shepherd's data and
   RLHFlow's recipe hold stripped steps; a trailing space would merge with the tag's).
+* ``calculator``: each step's wrong equations get a note with their value (``= 9 [calculator:
+  8]``; :mod:`prmkit.calculator`), for a PRM that reads a calculator (``train prm --calculator``).
 * the **marker** put before each step (``marker``, with ``{n}`` the 1-based step number), unless
   the step already starts with it: ``"Step {n}: "`` for Math-Shepherd, whose model was trained
   on ``Step 1: ... ки\nStep 2: ... ки`` (the text its model card scores, and the text
@@ -71,6 +73,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol, Sequence
 
+from prmkit.calculator import annotate
 from prmkit.errors import PrmkitError
 from prmkit.wholetext import whole_text_ids
 
@@ -108,6 +111,7 @@ class StepFormat:
     strip: bool = False         # strip each step's surrounding whitespace first
     hazard: bool = False        # classes read at every token, multiplied up to each read position
     surprisal: bool = False     # hazard that also reads the LM's surprise at each token
+    calculator: bool = False    # each step's wrong equations get a note (prmkit.calculator)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -144,10 +148,10 @@ class StepFormat:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "step format") -> "StepFormat":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
+        unknown = sorted(set(d) - {f.name for f in fields(cls)})
         if unknown:
-            raise PrmkitError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
+            raise PrmkitError(f"{where}: unknown field {unknown[0]!r} (known: "
+                             f"{', '.join(sorted(f.name for f in fields(cls)))})")
         if "name" not in d:
             raise PrmkitError(f"{where}: field 'name' is missing")
         return cls(**d)
@@ -215,9 +219,7 @@ def get_format(name_or_path: str) -> StepFormat:
     """A preset by name, or a format saved as JSON (a file, or a model folder holding one)."""
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
-    path = name_or_path
-    if os.path.isdir(path):
-        path = os.path.join(path, FORMAT_FILE)
+    path = os.path.join(name_or_path, FORMAT_FILE) if os.path.isdir(name_or_path) else name_or_path
     if os.path.isfile(path):
         try:
             with open(path, encoding="utf-8") as f:
@@ -249,9 +251,8 @@ class Encoded:
     k's read position (``read_positions[k] + 1``). Under ``tokenize="pieces"`` the ids of that
     prefix encoded alone are exactly ``input_ids[:step_ends[k]]``; under ``"whole"`` they
     usually are, and whoever relies on it checks (search's KV reuse does, per solution, and
-    falls back). When the solution was truncated to a
-    maximum length, steps that no longer fit are missing from both lists: ``n_steps`` says how
-    many steps the solution has.
+    falls back). When the solution was truncated to a maximum length, steps that no longer fit
+    are missing from both lists: ``n_steps`` says how many steps the solution has.
     """
 
     input_ids: list[int]
@@ -302,6 +303,8 @@ class BoundFormat:
         """Step k's own text: its marker (unless it starts with it), the ``step`` template."""
         if self.format.strip:
             step = step.strip()
+        if self.format.calculator:
+            step = annotate(step)
         marker = self.format.marker.format(n=k + 1) if self.format.marker else ""
         if marker and not step.startswith(marker.rstrip()):
             step = marker + step
@@ -362,9 +365,8 @@ class BoundFormat:
             betweens = betweens + [""]
         parts, ends, n = [head], [], len(head)
         for piece, between in zip(step_pieces, betweens):
-            n += len(piece)
-            ends.append(n)
-            n += len(between)
+            ends.append(n + len(piece))
+            n += len(piece) + len(between)
             parts += [piece, between]
         return "".join(parts), ends
 
@@ -382,14 +384,12 @@ class BoundFormat:
         else:
             ids, read_positions = self._encode_pieces(problem, steps)
         step_ends = [p + 1 for p in read_positions]
-        if step_ends:
-            ids = ids[:step_ends[-1]]  # nothing after the last step's read point is needed
-        enc = Encoded(ids, read_positions, step_ends, n_steps=len(steps))
+        ids = ids[:step_ends[-1]] if step_ends else ids  # nothing after the last read is needed
         if max_length is not None and len(ids) > max_length:
             keep = sum(1 for p in read_positions if p < max_length)
-            enc = Encoded(ids[:max_length], read_positions[:keep], step_ends[:keep],
-                          n_steps=len(steps), truncated=True)
-        return enc
+            return Encoded(ids[:max_length], read_positions[:keep], step_ends[:keep],
+                           n_steps=len(steps), truncated=True)
+        return Encoded(ids, read_positions, step_ends, n_steps=len(steps))
 
     def _encode_pieces(self, problem: str, steps: Sequence[str]) -> tuple[list[int], list[int]]:
         """Each piece tokenised on its own (the step, its tag and the separator apart)."""
@@ -402,10 +402,10 @@ class BoundFormat:
         else:
             step_parts = [[p] for p in step_pieces]
         texts = [head] + [t for parts in step_parts for t in parts] + betweens
-        nonempty = list(dict.fromkeys(t for t in texts if t))
         # no steps under the turns layout leaves no text at all (the problem is in step 0's turn)
-        ids_of = dict(zip(nonempty, self.tokenizer(nonempty, add_special_tokens=False)["input_ids"])) \
-            if nonempty else {}
+        nonempty = list(dict.fromkeys(t for t in texts if t))
+        ids_of = dict(zip(nonempty, self.tokenizer(nonempty, add_special_tokens=False)["input_ids"]
+                          if nonempty else []))
         ids: list[int] = list(self.bos) + list(ids_of.get(head, []))
         read_positions: list[int] = []
         for parts, between in zip(step_parts, betweens + [""]):

@@ -31,6 +31,7 @@ last checkpoint), so a killed demo continues where it stopped.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -49,8 +50,9 @@ from prmkit.train.common import HEADS
 # batches independent of memory addresses (2026-11-30). 3: beam at B against best-of-4B, the
 # claims (2026-12-01). 4: the PRM's head and the heads' learning rate, shared-prefix scoring
 # in float32 (2026-12-01). 5: the PRM's own recipe (--prm-last-k, --prm-lr, --prm-epochs), the
-# surprisal head by default (2026-12-01).
-STAGES_VERSION = 5
+# surprisal head by default (2026-12-01). 6: the calculator's notes in what the PRM and the ORM
+# read, by default (2026-12-02).
+STAGES_VERSION = 6
 
 
 @dataclass
@@ -84,6 +86,13 @@ class DemoConfig:
                 "error) from its state and the LM's surprise at it, multiplied up to each "
                 "step), hazard (the same without the surprise), class (read at each step's "
                 "tag) or label-tokens"})
+    calculator: bool = field(default=True, metadata={
+        "help": "the PRM and the ORM read a calculator's checks: the value after every wrong "
+                "equation of a step ('= 9 [calculator: 8]', prmkit.calculator; train prm "
+                "--calculator). SmolLM2-135M cannot subtract (its own probability of a "
+                "subtraction's result tells a right one from a slip with AUC 0.60), so without "
+                "it no head on its states sees a wrong calculation (--no-calculator: seed 0 "
+                "gave a step AUC of 0.844)"})
     prm_last_k: int = field(default=0, metadata={
         "help": "the PRM's trained transformer layers (0: its head alone on the frozen body, "
                 "whose states and LM features are computed once: train prm --last-k 0 "
@@ -159,9 +168,10 @@ def run(config: DemoConfig) -> int:
            f"class head, {_trained(config.last_k)}, {config.epochs} epoch(s), lr {config.lr}"
            f"{f', heads {config.head_lr}' if config.head_lr else ''}, batches of "
            f"{config.batch_tokens} tokens")
+    tool = "; both read the calculator's notes" if config.calculator else ""
     say.stage(3, f"trained from {config.base} on {len(world.train)} candidates: a PRM "
                  f"({config.head} head, MC step labels; {recipe}) and an ORM (outcome labels; "
-                 f"{orm})")
+                 f"{orm}){tool}")
     prm = Lazy(lambda: _load(prm_dir))     # loaded once, for scoring and for search
     scored = stage(out, "test_scored.jsonl", lambda: _score(world.test, prm(), orm_dir,
                                                              world.gold))
@@ -270,13 +280,15 @@ def _train(config: DemoConfig, kind: str, data: str, output: str, say: Printer) 
 
         train_prm(PRMTrainConfig(base=config.base, data=data, output=output, dtype="bfloat16",
                                  head=config.head, loop=loop, command="prmkit demo",
+                                 calculator=config.calculator,
                                  cache_frozen=cache, frozen_store=store))
     else:
         from prmkit.train.orm import ORMTrainConfig, train_orm
 
         train_orm(ORMTrainConfig(base=config.base, data=data, output=output, dtype="bfloat16",
                                  head=config.head if recipe else "class", loop=loop,
-                                 command="prmkit demo", cache_frozen=cache, frozen_store=store))
+                                 command="prmkit demo", cache_frozen=cache, frozen_store=store,
+                                 calculator=config.calculator))
         shutil.rmtree(store, ignore_errors=True)    # both have trained: the states can go
     with open(os.path.join(output, "done.json"), "w", encoding="utf-8") as f:
         json.dump({"kind": kind}, f)
@@ -382,7 +394,10 @@ def add_arguments(p: Any) -> None:
     for f in fields(DemoConfig):
         default = DemoConfig().__dict__[f.name]
         flag = f"--{f.name.replace('_', '-')}"
-        if isinstance(default, list):
+        if isinstance(default, bool):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
+                           help=f.metadata["help"])
+        elif isinstance(default, list):
             p.add_argument(flag, type=int, nargs="+", default=default, help=f.metadata["help"])
         else:
             p.add_argument(flag, type=type(default), default=default, help=f.metadata["help"])

@@ -124,6 +124,18 @@ def orm_step_auc(scored: Sequence[Record]) -> float | None:
                      for r in scored if r.meta.get("orm_step_scores")])
 
 
+def calculator_scores(steps: Sequence[str]) -> list[float]:
+    """The calculator as a verifier with no model: 1 for each step until one holds a wrong
+    equation (:func:`prmkit.calculator.annotate` writes a note), 0 from that step on."""
+    from prmkit.calculator import annotate
+
+    out, wrong = [], False
+    for step in steps:
+        wrong = wrong or annotate(step) != step
+        out.append(0.0 if wrong else 1.0)
+    return out
+
+
 def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
                  auc: tuple[float | None, ...]) -> list[tuple[str, str]]:
     cfg, curve, top = res.config, res.bon.curve, res.bon.top
@@ -139,6 +151,10 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
             "" if exact is None else f" (the exact-label PRM: {exact:.3f})")))
     if orm is not None:
         rows.append(("ORM step AUC vs gold labels (test)", f"{orm:.3f} (trained on outcomes only)"))
+    if cfg.calculator:
+        alone = step_auc([with_scores(r, calculator_scores(r.steps)) for r in res.scored])
+        rows.append(("the calculator alone: step AUC", f"{alone:.3f} (1 until a step's "
+                     f"equation is wrong, 0 from there; the PRM and the ORM read its notes)"))
     s = cfg.select
     beam, bon = search_row(res.search, "beam"), search_row(res.search, "best-of-n")
     rows += [

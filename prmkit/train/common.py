@@ -56,9 +56,12 @@ class TrainConfig:
         return self.dtype == "bfloat16"
 
 
-def training_format(name: str, head: str) -> StepFormat:
-    """The preset with its reading set by ``head``: what the trained model will store."""
+def training_format(name: str, head: str, calculator: bool = False) -> StepFormat:
+    """The preset with its reading set by ``head`` (and the calculator's notes when asked):
+    what the trained model will store."""
     fmt = get_format(name)
+    if calculator:
+        fmt = dataclasses.replace(fmt, calculator=True)
     if head in ("class", "hazard", "surprisal"):
         return dataclasses.replace(fmt, reading="classes", positive_class=1,
                                    hazard=head != "class", surprisal=head == "surprisal")
@@ -147,7 +150,8 @@ def _card_lines(cfg: Any, fmt: StepFormat, kind: str, metrics: dict[str, Any], n
         f"- base model: `{cfg.base}`; trained: `{cfg.loop.train}`"
         + ((f" (last {cfg.loop.last_k} layers + head)" if cfg.loop.last_k else " (the head alone)")
            if cfg.loop.train == "last-k" else ""),
-        f"- step format: `{fmt.name}`, reading `{fmt.reading}`",
+        f"- step format: `{fmt.name}`, reading `{fmt.reading}`"
+        + (", with a calculator's notes on wrong equations (prmkit.calculator)" if fmt.calculator else ""),
         f"- training data: `{cfg.data}` ({n_train} sequences); dev data: "
         f"`{cfg.eval_data}` ({n_dev} records)",
         f"- command: `{cfg.command or '(library call)'}`",

@@ -47,6 +47,9 @@ class ORMTrainConfig(TrainConfig):
         "help": "class (2-class head), label-tokens, or a PRM's survival head read at the last "
                 "step: hazard or surprisal (P(no error in the whole solution), trained on the "
                 "outcome alone)"})
+    calculator: bool = field(default=False, metadata={
+        "help": "as train prm --calculator: a calculator's value written after every wrong "
+                "equation of a step, in the text the model reads (stored in its step format)"})
     cache_frozen: bool = field(default=False, metadata={
         "help": "with --train last-k and --objective outcome: run the frozen layers once and "
                 "train on their stored outputs, as train prm --cache-frozen does; --eval-data "
@@ -152,7 +155,7 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
     from prmkit.models.load import wrap_model
     from prmkit.models.reading import HFConfig, Reader
 
-    fmt = training_format(cfg.format, cfg.head)
+    fmt = training_format(cfg.format, cfg.head, cfg.calculator)
     train_records = read_records(cfg.data)
     dev = [r for r in read_records(cfg.eval_data) if r.is_correct is not None] \
         if cfg.eval_data else []

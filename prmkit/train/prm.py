@@ -57,6 +57,11 @@ class PRMTrainConfig(TrainConfig):
                 "and - logits), hazard (the 2-class head at every token as P(no error "
                 "here), a step's score their product up to its tag), or surprisal (hazard "
                 "that also reads how surprised the LM is by each token; needs tied embeddings)"})
+    calculator: bool = field(default=False, metadata={
+        "help": "a calculator checks every equation of a step ('11 - 3 = 9') and writes the "
+                "value after a wrong one ('= 9 [calculator: 8]') into the text the model reads, "
+                "in training and wherever the model is used (stored in its step format; "
+                "prmkit.calculator): for a base that cannot do arithmetic"})
     labels: str = field(default="hard", metadata={
         "help": "hard: labels >= 0.5 are 1, else 0; soft: train against [p, 1-p] as given"})
     until_first_error: bool = field(default=False, metadata={
@@ -271,7 +276,7 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
     from prmkit.models.load import wrap_model
     from prmkit.models.reading import HFConfig, Reader
 
-    fmt = training_format(cfg.format, cfg.head)
+    fmt = training_format(cfg.format, cfg.head, cfg.calculator)
     train_records = read_records(cfg.data)
     dev_records = [r for r in read_records(cfg.eval_data) if r.labels_or_first_error()] \
         if cfg.eval_data else []
