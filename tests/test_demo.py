@@ -148,7 +148,8 @@ def test_demo_never_deletes_a_folder_it_did_not_make(base, tmp_path, capsys):
 
 
 def test_demo_samples_best_of_4b_when_the_test_candidates_are_too_few(base, tmp_path, capsys):
-    # --n 4 test candidates, beam width 2: best-of-8 is sampled and scored through the search code
+    # --n 4 test candidates, beam width 2: best-of-8 takes the 4 and samples 4 more, scored by
+    # the same PRM
     out = tmp_path / "demo"
     args = demo_args(base, out)
     args[args.index("--beam-n") + 1] = "2"
@@ -156,7 +157,8 @@ def test_demo_samples_best_of_4b_when_the_test_candidates_are_too_few(base, tmp_
     assert main(args) == 0
     rows = json.loads((out / "summary.json").read_text())["search"]["rows"]
     assert [(r["method"], r["n"]) for r in rows] == [("beam", 2), ("best-of-n", 8)]
-    assert "source" not in rows[1] and rows[1]["problems"] == 2 and rows[1]["prm_tokens"] > 0
+    assert rows[1]["problems"] == 2 and "4 more samples per problem" in rows[1]["source"]
+    assert "(4 of 4 per problem)" in rows[1]["source"]
     claim = json.loads((out / "summary.json").read_text())["claims"]["beam_matches_4x_best_of_n"]
     assert claim["problems"] == 2
 

@@ -135,3 +135,43 @@ def test_public_formats_export_with_a_working_snippet(tmp_path, fmt, arch):
 
     get_format(fmt).save(str(model))
     check_export(str(model), tmp_path, records(4), arch, fmt)
+
+
+def test_a_calculator_prm_reads_the_notes_and_exports_without_a_snippet(tiny_base, tmp_path):
+    """A PRM trained with --calculator stores the field; prmkit scores a step with a wrong
+    equation exactly as the same weights score the step written out with its note under the
+    plain format; the exported card says so and offers no transformers-only snippet (the notes
+    are prmkit's code), and prmkit reads the exported folder as the original."""
+    from prmkit.calculator import annotate
+    from prmkit.models.hf import load_hf_prm
+    from prmkit.models.reading import HFConfig
+    from prmkit.records import Record
+    from prmkit.stepformat import StepFormat
+
+    train_data = tmp_path / "train.jsonl"
+    write_records(str(train_data), records(6))
+    run = tmp_path / "run"
+    train_prm(PRMTrainConfig(base=tiny_base, data=str(train_data), output=str(run),
+                             max_length=256, calculator=True,
+                             loop=LoopConfig(lr=3e-2, batch_tokens=512, last_k=1, warmup=0.0,
+                                             max_steps=2)))
+    fmt = StepFormat.from_dict(json.loads((run / "last" / "prmkit_format.json").read_text()))
+    assert fmt.calculator
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({**fmt.to_dict(), "calculator": False}))
+    steps = ["She has 11 - 3 = 9 shells.", "Then 9 + 1 = 10.", "The answer is 10."]
+    noted = [annotate(s) for s in steps]
+    assert noted[0] != steps[0]
+    cfg = HFConfig(dtype="float32")
+    got = load_hf_prm(str(run / "last"), config=cfg).score(["Q?"], [steps])[0]
+    want = load_hf_prm(str(run / "last"), str(plain), cfg).score(["Q?"], [noted])[0]
+    unnoted = load_hf_prm(str(run / "last"), str(plain), cfg).score(["Q?"], [steps])[0]
+    assert_close([got], [want], 1e-6)
+    assert got != unnoted
+    out = tmp_path / "export"
+    assert main(["export", "--model", str(run / "last"), "--output", str(out)]) == 0
+    text = (out / "README.md").read_text()
+    assert "calculator" in text and "```python" not in text
+    recs = [Record(id="a", problem="Q?", steps=steps)]
+    assert_close(prmkit_scores(str(out), recs, tmp_path, "exported"),
+                 prmkit_scores(str(run / "last"), recs, tmp_path, "original"), 1e-6)

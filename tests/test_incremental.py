@@ -257,3 +257,29 @@ def test_batches_follow_the_items_not_memory_addresses(monkeypatch):
     want = [step for parent in order for p, step in items if p is parent]
     assert len({len(p.ids) for p in parents}) < len(parents)  # ties that the order must break
     assert seen == [want]
+
+
+def test_best_of_n_scores_a_problem_on_its_shared_prefix_as_one_pass_does():
+    """Best-of-N reads each problem's prompt once (prefix sharing) when the PRM can reuse a
+    cache: the same records and the same scores (1e-4) as with kv_reuse off, where every
+    candidate is read whole, and fewer PRM tokens."""
+    from test_search import CHAT, P
+
+    from prmkit.generate.fake import FakeGenerator
+    from prmkit.search import SearchConfig, best_of_n
+
+    def script(prompt, k):
+        return f"Step one: {k} + 1 = {k + 1}.\nThe answer is {k % 3}."
+
+    prm = HFPRM(sharp("classes"), tiny.tokenizer(), PRESETS["prmkit"], F32)
+    problems = [P, type(P)("q2", "What is 7 - 2?", "5")]
+    runs = {reuse: best_of_n(problems, FakeGenerator(script), CHAT, prm,
+                             SearchConfig(n=6, kv_reuse=reuse)) for reuse in (True, False)}
+    a, b = runs[True], runs[False]
+    assert [r.steps for r in a.records] == [r.steps for r in b.records]
+    for x, y in zip(a.records, b.records):
+        assert x.step_scores == pytest.approx(y.step_scores, abs=1e-4)
+    plain = [prm.score([r.problem], [r.steps])[0] for r in b.records]
+    for x, y in zip(a.records, plain):
+        assert x.step_scores == pytest.approx(y, abs=1e-4)
+    assert 0 < a.account.total.prm_tokens < b.account.total.prm_tokens

@@ -51,7 +51,7 @@ from prmkit.train.common import HEADS
 # claims (2026-12-01). 4: the PRM's head and the heads' learning rate, shared-prefix scoring
 # in float32 (2026-12-01). 5: the PRM's own recipe (--prm-last-k, --prm-lr, --prm-epochs), the
 # surprisal head by default (2026-12-01). 6: the calculator's notes in what the PRM and the ORM
-# read, by default (2026-12-02).
+# read, by default; beam search at B=4 against best-of-16; scoring in bfloat16 (2026-12-02).
 STAGES_VERSION = 6
 
 
@@ -115,10 +115,20 @@ class DemoConfig:
                 "and a class head, at --lr for --epochs in batches of --batch-tokens"})
     search_problems: int = field(default=40, metadata={
         "help": "test problems for beam search (the first ones of the test set)"})
-    beam_n: int = field(default=2, metadata={
-        "help": "beam search width B, compared with best-of-N at 4B candidates (taken from the "
-                "test candidates when 4B <= --n, else sampled)"})
-    beam_m: int = field(default=2, metadata={"help": "beam search: next steps sampled per beam"})
+    beam_n: int = field(default=4, metadata={
+        "help": "beam search width B (candidates per step), compared with best-of-N at 4B "
+                "candidates (the test candidates, and more samples when 4B > --n). At B=2 with "
+                "--beam-m 2 one beam survives each step, and seed 0 lost 10 of 40 problems where "
+                "both samples of a step were wrong (70.0% against 95.0% for best-of-8)"})
+    beam_m: int = field(default=4, metadata={
+        "help": "beam search: next steps sampled per kept beam (B / M beams are kept; 4 and 4 "
+                "is search-and-learn's setting)"})
+    score_dtype: str = field(default="bfloat16", metadata={
+        "help": "dtype the PRM and the ORM score and search in. bfloat16: with the calculator, "
+                "seed 0's picks were the same as in float32 on 80 of 80 problems for both, the "
+                "step AUCs within 0.0015, and scoring a third faster; float32 for models that "
+                "learnt little (--no-calculator), whose candidates lie about 0.03 apart: there "
+                "bfloat16's rounding changed the ORM's pick on 6 of 20 problems (2026-12-01)"})
     select: str = field(default="prm-prod", metadata={
         "help": "how the PRM picks a candidate in the claims (prm-prod, prm-min, prm-last), "
                 "fixed before the run; prod is Let's Verify's choice"})
@@ -138,6 +148,8 @@ class DemoConfig:
         if self.head_lr < 0:
             raise PrmkitError(f"--head-lr must be 0 (the heads at --lr) or positive, got "
                               f"{self.head_lr}")
+        if self.score_dtype not in ("float32", "bfloat16"):
+            raise PrmkitError(f"--score-dtype {self.score_dtype!r} is not float32 or bfloat16")
         if self.select not in summary.PRM_METHODS:
             raise PrmkitError(f"--select {self.select!r} is not one of "
                               f"{', '.join(summary.PRM_METHODS)}")
@@ -172,8 +184,9 @@ def run(config: DemoConfig) -> int:
     say.stage(3, f"trained from {config.base} on {len(world.train)} candidates: a PRM "
                  f"({config.head} head, MC step labels; {recipe}) and an ORM (outcome labels; "
                  f"{orm}){tool}")
-    prm = Lazy(lambda: _load(prm_dir))     # loaded once, for scoring and for search
-    scored = stage(out, "test_scored.jsonl", lambda: _score(world.test, prm(), orm_dir,
+    prm = Lazy(lambda: _load(prm_dir, config.score_dtype))  # once, for scoring and search
+    scored = stage(out, "test_scored.jsonl", lambda: _score(world.test, prm(),
+                                                             _load(orm_dir, config.score_dtype),
                                                              world.gold))
     bon = summary.bestofn_stage(config, scored, say)
     search = stage_json(out, "search.json", lambda: _search(config, world, prm(), scored))
@@ -298,19 +311,15 @@ def _trained(last_k: int) -> str:
     return f"last {last_k} layers + head" if last_k else "the head alone"
 
 
-def _load(model_dir: str) -> Any:
+def _load(model_dir: str, dtype: str) -> Any:
     from prmkit.models.hf import HFConfig, load_hf_prm
 
-    # float32: in bfloat16 the scores move by up to 0.01 while the 8 candidates of a problem
-    # lie about 0.03 apart under a PRM or ORM that learnt little, so rounding alone changed
-    # which candidate the ORM picked on 6 of 20 problems (measured 2026-12-01)
-    return load_hf_prm(os.path.join(model_dir, "last"), config=HFConfig(dtype="float32"))
+    return load_hf_prm(os.path.join(model_dir, "last"), config=HFConfig(dtype=dtype))
 
 
-def _score(test: Sequence[Record], prm: Any, orm_dir: str,
-           gold: dict[str, Record]) -> list[Record]:
+def _score(test: Sequence[Record], prm: Any, orm: Any, gold: dict[str, Record]) -> list[Record]:
     step_scores = _score_with(prm, test, "PRM")
-    orm_steps = _score_with(_load(orm_dir), test, "ORM")   # its last step is the outcome score
+    orm_steps = _score_with(orm, test, "ORM")   # its last step is the outcome score
     out = []
     for r, s, o in zip(test, step_scores, orm_steps):
         g = gold[r.id]
@@ -346,34 +355,35 @@ def _score_with(model: Any, test: Sequence[Record], name: str,
 def _search(config: DemoConfig, world: World, prm: Any, scored: Sequence[Record]) -> dict[str, Any]:
     """5. beam search at width B against best-of-N at 4B, on the first test problems.
 
-    Best-of-4B takes the problem's test candidates (already scored by the PRM) when there are
-    enough, else samples 4B new ones through the search code. Both choose by ``--select``."""
+    Best-of-4B takes the problem's test candidates (already scored by the PRM) and, when 4B is
+    more than ``--n``, as many more samples of the same policy (another seed), scored by the
+    same PRM. Both choose by ``--select``."""
     from prmkit.evaluate.paired import per_problem_accuracy
     from prmkit.generate.run import Problem
-    from prmkit.search.base import SearchConfig
     from prmkit.search.beam import BeamConfig, beam_search
-    from prmkit.search.best_of_n import best_of_n
 
-    chosen = [Problem(p.id, p.problem, p.reference)
-              for p in world.test_problems[:config.search_problems]]
+    first = world.test_problems[:config.search_problems]
+    chosen = [Problem(p.id, p.problem, p.reference) for p in first]
     b, big = config.beam_n, 4 * config.beam_n
     rows = [_search_row("beam", b, beam_search(chosen, world.policy, world.prompter, prm,
                                                BeamConfig(n=b, m=config.beam_m, seed=config.seed,
                                                           select=config.select)))]
-    if big <= config.n:
-        ids = {p.id for p in chosen}
-        mine = [r for r in scored if r.group in ids]
-        acc = per_problem_accuracy(mine, config.select, big, seed=config.seed)
-        tokens = sum(int(r.meta.get("completion_tokens", 0)) for r in mine) * big / config.n
-        rows.append({"method": "best-of-n", "n": big, "problems": len(acc),
-                     "accuracy": 100.0 * sum(acc.values()) / max(1, len(acc)),
-                     "tokens": tokens / max(1, len(acc)), "prm_tokens": None,
-                     "source": f"the test candidates ({big} of {config.n} per problem)",
-                     "per_problem": acc})
-    else:
-        rows.append(_search_row("best-of-n", big, best_of_n(
-            chosen, world.policy, world.prompter, prm,
-            SearchConfig(n=big, m=1, seed=config.seed, select=config.select))))
+    ids = {p.id for p in chosen}
+    mine = [r for r in scored if r.group in ids]
+    source = f"the test candidates ({min(big, config.n)} of {config.n} per problem)"
+    if big > config.n:
+        more = candidates_of(first, big - config.n, world.policy, world.prompter,
+                             world.policy_name, config.seed + 2)
+        scores = _score_with(prm, more, "PRM (best-of-4B's further candidates)")
+        mine += [Record(**{**r.to_dict(), "step_scores": sc}) for r, sc in zip(more, scores)]
+        source += f" and {big - config.n} more samples per problem (seed {config.seed + 2})"
+    acc = per_problem_accuracy(mine, config.select, big, seed=config.seed)
+    scale = big / config.n if big <= config.n else 1.0    # the expected tokens of 4B of them
+    tokens = sum(int(r.meta.get("completion_tokens", 0)) for r in mine) * scale
+    rows.append({"method": "best-of-n", "n": big, "problems": len(acc),
+                 "accuracy": 100.0 * sum(acc.values()) / max(1, len(acc)),
+                 "tokens": tokens / max(1, len(acc)), "prm_tokens": None, "source": source,
+                 "per_problem": acc})
     return {"policy": world.policy_name, "prm": "the demo's PRM (prm/last)", "rows": rows}
 
 

@@ -115,7 +115,9 @@ def card(model: str, output: str, fmt: StepFormat, arch: str, bos: list[int],
         f"`{fmt.step!r}`" + (f" then the tag `{fmt.tag!r}`" if fmt.tag else "")
         + f", steps separated by `{fmt.between!r}`"
         + (f", each step starting with `{fmt.marker!r}`" if fmt.marker else "")
-        + ("; steps stripped of surrounding whitespace" if fmt.strip else "") + ";",
+        + ("; steps stripped of surrounding whitespace" if fmt.strip else "")
+        + ("; each wrong equation of a step followed by a calculator's note, `= 9 [calculator: "
+           "8]` (`prmkit.calculator.annotate`)" if fmt.calculator else "") + ";",
         f"- tokenised {'piece by piece (the head, each step, its tag and each separator on their own, ids joined)' if fmt.tokenize == 'pieces' else 'as one text'}"
         f"{', ids ' + str(bos) + ' first' if bos else ''};",
         f"- each step is read at the last token of its piece; {reading}.",
@@ -138,8 +140,9 @@ def card(model: str, output: str, fmt: StepFormat, arch: str, bos: list[int],
 def snippet(output: str, fmt: StepFormat, arch: str, bos: list[int], tag_id: int | None,
             positive_id: int | None, negative_id: int | None) -> str | None:
     """Python that computes step scores with transformers alone, as prmkit does; None for the
-    layouts it does not cover (``turns``, and ``whole`` read at the end by offsets)."""
-    if fmt.layout == "turns" or (fmt.tokenize == "whole" and fmt.read != "tag-id"):
+    layouts it does not cover (``turns``, ``whole`` read at the end by offsets, and the
+    calculator's notes, which are prmkit's code)."""
+    if fmt.layout == "turns" or fmt.calculator or (fmt.tokenize == "whole" and fmt.read != "tag-id"):
         return None
     auto = "AutoModelForCausalLM" if fmt.reading == "label-tokens" else "AutoModelForTokenClassification"
     head = (f"    messages = {[{'role': 'system', 'content': fmt.system}] if fmt.system else []!r}\n"
