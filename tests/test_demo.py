@@ -4,6 +4,7 @@ and a rerun reuses the finished stages."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -100,6 +101,24 @@ def test_demo_runs_every_stage_and_reports_what_it_measured(base, tmp_path, caps
         len(orm_right) * len(orm_wrong))
     assert summary["orm_step_auc"] == pytest.approx(orm_pairs)
     assert summary["summary"]["ORM step AUC vs gold labels (test)"].startswith(f"{orm_pairs:.3f} ")
+    # both read the calculator's notes (stored in their formats), and the calculator alone is
+    # a verifier of its own: 1 until a step holds a wrong equation (worked out here with the
+    # lab's own check of each calculation), 0 from there
+    for k in ("prm", "orm"):
+        assert json.loads((out / k / "last" / "prmkit_format.json").read_text())["calculator"]
+    alone = []
+    for r in test:
+        wrong = False
+        for step, y in zip(r.steps, r.labels):
+            wrong = wrong or any(eval(f"{a} {op} {b}") != float(c) for a, op, b, c in
+                                 re.findall(r"(-?[\d.]+) ([-+*/]) (\d+) = (-?[\d.]+)", step)
+                                 if not (op == "/" and abs(eval(f"{a} / {b}") - float(c)) < 0.005))
+            alone.append((0.0 if wrong else 1.0, y >= 0.5))
+    a_right = [x for x, y in alone if y]
+    a_wrong = [x for x, y in alone if not y]
+    by_pairs = sum((a > b) + 0.5 * (a == b) for a in a_right for b in a_wrong) / (
+        len(a_right) * len(a_wrong))
+    assert summary["summary"]["the calculator alone: step AUC"].startswith(f"{by_pairs:.3f} ")
 
     # a rerun with the same settings reuses every stage and prints the same summary
     before = (out / "test_scored.jsonl").read_text()
@@ -183,3 +202,11 @@ def test_demo_scoring_prints_progress_lines_off_a_terminal(base, tmp_path, capsy
     for name in ("PRM", "ORM"):
         lines = [l for l in err.splitlines() if f"demo: scoring with the {name}:" in l]
         assert lines and lines[-1].split(f"{name}: ")[1].startswith("16/16 rec"), lines
+
+
+def test_demo_without_the_calculator(base, tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(demo_args(base, out, "--no-calculator")) == 0
+    assert "the calculator alone" not in capsys.readouterr().out
+    for k in ("prm", "orm"):
+        assert not json.loads((out / k / "last" / "prmkit_format.json").read_text())["calculator"]

@@ -4,7 +4,9 @@ Every stage is the library code a user runs on real data; only the policy is the
 synthetic one (:mod:`prmkit.lab.policy`), because a 135M model writes ~50 tokens/s here and
 seldom solves a multi-step problem. The PRM and the ORM are real transformers: SmolLM2-135M
 (the default model from PyPI), trained here: each one's surprisal head alone (the body
-frozen; :mod:`prmkit.models.surprisal`), the PRM on step labels, the ORM on outcomes.
+frozen; :mod:`prmkit.models.surprisal`), the PRM on step labels, the ORM on outcomes. Both
+read a calculator's notes on wrong equations (:mod:`prmkit.calculator`; ``--no-calculator``
+leaves them out): the base cannot do two-digit arithmetic.
 
 1. **Problems and candidates.** Lab problems (:mod:`prmkit.lab.world`) for training and for
    testing, candidates sampled by the lab policy, graded against the reference answer.
@@ -18,8 +20,8 @@ frozen; :mod:`prmkit.models.surprisal`), the PRM on step labels, the ORM on outc
 4. **Best-of-N** on the test candidates (Lightman et al. 2023's protocol): PRM (prod, min,
    last), ORM, majority, PRM-weighted majority, the exact-label PRM (upper bound of any PRM)
    and the oracle (pass@N).
-5. **Search**: beam search guided by the trained PRM against best-of-N, at the generated-token
-   budgets each one spent (Snell et al. 2024).
+5. **Search**: beam search at width B guided by the trained PRM against best-of-4B, with the
+   generated tokens each one spent (Snell et al. 2024).
 6. **Report**: an HTML page with the plots, the tables and every test solution's steps
    coloured by the PRM; the summary table is printed last.
 
