@@ -92,7 +92,7 @@ def evaluate(before: str) -> Fraction | None:
     glued = start > 0 and (text[start - 1].isalnum() or text[start - 1] in _GLUE)
     word = re.search(r"[A-Za-z]\s*$", text[:start]) is not None
     if glued and (tokens[0] in _OPERATORS or not run[:1].isspace()) or word and tokens[0] == "(":
-        return None              # part of a longer expression than arithmetic, or f (x), a choose (b)
+        return None        # part of a longer expression than arithmetic, or f (x), a choose (b)
     while tokens and tokens[0] in ("+", "*", "/", ")"):   # markup before it (**Step 1:**)
         tokens = tokens[1:]
     return _parse(tokens) if tokens else None

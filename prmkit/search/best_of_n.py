@@ -57,7 +57,8 @@ def best_of_n(problems: Sequence[Problem], generator: Generator, prompter: Promp
     return finish(problems, candidates, config, "best-of-n", account, started, extra)
 
 
-def _score_shared(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[Prefix]:
+def _score_shared(prm: Any, problems: Sequence[str],
+                  steps: Sequence[Sequence[str]]) -> list[Prefix]:
     """Whole solutions scored a problem at a time on their shared prefixes; each one's cost is
     an equal share of the tokens its problem's tree fed."""
     by: dict[str, list[int]] = {}

@@ -151,7 +151,8 @@ def _card_lines(cfg: Any, fmt: StepFormat, kind: str, metrics: dict[str, Any], n
         + ((f" (last {cfg.loop.last_k} layers + head)" if cfg.loop.last_k else " (the head alone)")
            if cfg.loop.train == "last-k" else ""),
         f"- step format: `{fmt.name}`, reading `{fmt.reading}`"
-        + (", with a calculator's notes on wrong equations (prmkit.calculator)" if fmt.calculator else ""),
+        + (", with a calculator's notes on wrong equations (prmkit.calculator)"
+           if fmt.calculator else ""),
         f"- training data: `{cfg.data}` ({n_train} sequences); dev data: "
         f"`{cfg.eval_data}` ({n_dev} records)",
         f"- command: `{cfg.command or '(library call)'}`",
