@@ -121,7 +121,7 @@ class DemoConfig:
         "help": "beam search width B (candidates per step), compared with best-of-N at 4B "
                 "candidates (the test candidates, and more samples when 4B > --n). At B=2 with "
                 "--beam-m 2 one beam survives each step, so a step whose two samples are both "
-                "wrong ends the search: seed 0 got 70.0% against 95.0% for best-of-8"})
+                "wrong ends the search: seed 0 got 70.0%% against 95.0%% for best-of-8"})
     beam_m: int = field(default=4, metadata={
         "help": "beam search: next steps sampled per kept beam (B / M beams are kept; 4 and 4 "
                 "is search-and-learn's setting)"})
