@@ -59,16 +59,13 @@ def best_of_n(problems: Sequence[Problem], generator: Generator, prompter: Promp
 
 def _score_shared(prm: Any, problems: Sequence[str],
                   steps: Sequence[Sequence[str]]) -> list[Prefix]:
-    """Whole solutions scored a problem at a time on their shared prefixes; each one's cost is
-    an equal share of the tokens its problem's tree fed."""
-    by: dict[str, list[int]] = {}
-    for j, problem in enumerate(problems):
-        by.setdefault(problem, []).append(j)
-    out: list[Prefix | None] = [None] * len(problems)
-    for problem, js in by.items():
-        stats = ShareStats()
-        scores = score_by_problem(prm, [problem] * len(js), [steps[j] for j in js], stats)
-        for k, (j, sc) in enumerate(zip(js, scores)):
-            cost = stats.computed // len(js) + (k < stats.computed % len(js))
-            out[j] = Prefix(problem, tuple(steps[j]), tuple(sc), cost)
-    return [p for p in out if p is not None]
+    """Whole solutions scored on their problems' shared prefixes, all problems in one call (so
+    the passes hold many problems' trees). What the trees fed is shared out over the solutions
+    by their own lengths: each one's cost is its share of the call's computed tokens."""
+    stats = ShareStats()
+    scores = score_by_problem(prm, problems, steps, stats)
+    plain = [len(prm.bound.encode(p, s, max_length=prm.max_length).input_ids)
+             for p, s in zip(problems, steps)]
+    total = max(1, sum(plain))
+    return [Prefix(p, tuple(st), tuple(sc), round(stats.computed * n / total))
+            for p, st, sc, n in zip(problems, steps, scores, plain)]
