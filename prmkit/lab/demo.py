@@ -125,12 +125,13 @@ class DemoConfig:
     beam_m: int = field(default=4, metadata={
         "help": "beam search: next steps sampled per kept beam (B / M beams are kept; 4 and 4 "
                 "is search-and-learn's setting)"})
-    score_dtype: str = field(default="bfloat16", metadata={
-        "help": "dtype the PRM and the ORM score and search in. bfloat16: with the calculator, "
-                "seed 0's picks were the same as in float32 on 80 of 80 problems for both, the "
-                "step AUCs within 0.0015, and scoring a third faster; float32 for models that "
-                "learnt little (--no-calculator), whose candidates lie about 0.03 apart: there "
-                "bfloat16's rounding changed the ORM's pick on 6 of 20 problems (2026-12-01)"})
+    score_dtype: str = field(default="auto", metadata={
+        "help": "dtype the PRM and the ORM score and search in; auto: bfloat16 with the "
+                "calculator, float32 without. With the calculator, seed 0's picks in bfloat16 "
+                "were float32's on 80 of 80 problems for both, the step AUCs within 0.0015, and "
+                "scoring a third faster; models that learnt little (--no-calculator) put a "
+                "problem's candidates about 0.03 apart, and there bfloat16's rounding changed "
+                "the ORM's pick on 6 of 20 problems (2026-12-01)"})
     select: str = field(default="prm-prod", metadata={
         "help": "how the PRM picks a candidate in the claims (prm-prod, prm-min, prm-last), "
                 "fixed before the run; prod is Let's Verify's choice"})
@@ -150,8 +151,9 @@ class DemoConfig:
         if self.head_lr < 0:
             raise PrmkitError(f"--head-lr must be 0 (the heads at --lr) or positive, got "
                               f"{self.head_lr}")
-        if self.score_dtype not in ("float32", "bfloat16"):
-            raise PrmkitError(f"--score-dtype {self.score_dtype!r} is not float32 or bfloat16")
+        if self.score_dtype not in ("auto", "float32", "bfloat16"):
+            raise PrmkitError(f"--score-dtype {self.score_dtype!r} is not auto, float32 or "
+                              f"bfloat16")
         if self.select not in summary.PRM_METHODS:
             raise PrmkitError(f"--select {self.select!r} is not one of "
                               f"{', '.join(summary.PRM_METHODS)}")
@@ -186,10 +188,11 @@ def run(config: DemoConfig) -> int:
     say.stage(3, f"trained from {config.base} on {len(world.train)} candidates: a PRM "
                  f"({config.head} head, MC step labels; {recipe}) and an ORM (outcome labels; "
                  f"{orm}){tool}")
-    prm = Lazy(lambda: _load(prm_dir, config.score_dtype))  # once, for scoring and search
+    dtype = config.score_dtype if config.score_dtype != "auto" else (
+        "bfloat16" if config.calculator else "float32")
+    prm = Lazy(lambda: _load(prm_dir, dtype))     # loaded once, for scoring and for search
     scored = stage(out, "test_scored.jsonl", lambda: _score(world.test, prm(),
-                                                             _load(orm_dir, config.score_dtype),
-                                                             world.gold))
+                                                             _load(orm_dir, dtype), world.gold))
     bon = summary.bestofn_stage(config, scored, say)
     search = stage_json(out, "search.json", lambda: _search(config, world, prm(), scored))
     say.stage(5, f"search on {config.search_problems} problems: " + "; ".join(
