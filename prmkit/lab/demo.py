@@ -380,7 +380,9 @@ def _search(config: DemoConfig, world: World, prm: Any, scored: Sequence[Record]
         more = candidates_of(first, big - config.n, world.policy, world.prompter,
                              world.policy_name, config.seed + 2)
         scores = _score_with(prm, more, "PRM (best-of-4B's further candidates)")
-        mine += [Record(**{**r.to_dict(), "step_scores": sc}) for r, sc in zip(more, scores)]
+        per = big - config.n      # ids after the test candidates' own: sample n, n+1, ...
+        mine += [Record(**{**r.to_dict(), "id": f"{r.group}-{config.n + i % per}",
+                           "step_scores": sc}) for i, (r, sc) in enumerate(zip(more, scores))]
         source += f" and {big - config.n} more samples per problem (seed {config.seed + 2})"
     acc = per_problem_accuracy(mine, config.select, big, seed=config.seed)
     scale = big / config.n if big <= config.n else 1.0    # the expected tokens of 4B of them
