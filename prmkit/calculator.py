@@ -55,8 +55,6 @@ def annotate(step: str) -> str:
     """``step`` with a calculator note after every equation whose stated result is wrong."""
     out, last = [], 0
     for eq in re.finditer("=", step):
-        if eq.start() < last:
-            continue
         right = _RIGHT.match(step, eq.end())
         if right is None or step[eq.start() - 1:eq.start()] in ("<", ">", "!", "="):
             continue
