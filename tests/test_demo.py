@@ -40,11 +40,12 @@ def test_demo_runs_every_stage_and_reports_what_it_measured(base, tmp_path, caps
         assert word in printed
     report = (out / "report.html").read_text()
     assert "<img" in report and "Best-of-N" in report and "Monte Carlo" in report
-    # the ORM trained the PRM's head on the outcomes, reading the PRM's stored frozen pass
-    # (gone once both have trained)
+    # the ORM is Let's Verify's, a class head read at the last step, trained on the outcomes
+    # with the PRM's budget, reading the PRM's stored frozen pass (gone once both have trained)
     trained = {k: json.loads((out / k / "last" / "prmkit_train.json").read_text())
                for k in ("prm", "orm")}
-    assert trained["orm"]["kind"] == "orm" and trained["orm"]["config"]["head"] == "surprisal"
+    assert trained["orm"]["kind"] == "orm" and trained["orm"]["config"]["head"] == "class"
+    assert trained["prm"]["config"]["head"] == "surprisal"
     assert trained["orm"]["config"]["loop"] == trained["prm"]["config"]["loop"]
     assert trained["orm"]["config"]["frozen_store"] == str(out / "frozen")
     assert not (out / "frozen").exists()
@@ -157,6 +158,17 @@ def test_demo_orm_with_its_own_recipe(base, tmp_path, capsys):
     assert "class head, last 1 layers + head" in capsys.readouterr().out
 
 
+def test_demo_orm_with_the_prms_survival_head(base, tmp_path, capsys):
+    # --orm-recipe prm: the PRM's own head and recipe on the outcomes (an outcome-supervised PRM)
+    out = tmp_path / "demo"
+    assert main(demo_args(base, out, "--orm-recipe", "prm")) == 0
+    trained = {k: json.loads((out / k / "last" / "prmkit_train.json").read_text())["config"]
+               for k in ("prm", "orm")}
+    assert trained["orm"]["head"] == trained["prm"]["head"] == "surprisal"
+    assert trained["orm"]["loop"] == trained["prm"]["loop"]
+    assert "the same head and recipe" in capsys.readouterr().out
+
+
 def test_demo_never_deletes_a_folder_it_did_not_make(base, tmp_path, capsys):
     out = tmp_path / "mine"
     out.mkdir()
@@ -187,7 +199,7 @@ def test_demo_samples_best_of_4b_when_the_test_candidates_are_too_few(base, tmp_
     (["--margin", "-1"], "--margin must be at least 0"),
     (["--beam-n", "3", "--beam-m", "2"], "--beam-n 3 must be a positive multiple of --beam-m 2"),
     (["--search-problems", "9"], "--search-problems must be between 1 and --test-problems (4)"),
-    (["--orm-recipe", "mine"], "--orm-recipe 'mine' is not prm or own"),
+    (["--orm-recipe", "mine"], "--orm-recipe 'mine' is not one of class, prm, own"),
 ])
 def test_demo_refuses_bad_claim_settings(base, tmp_path, capsys, extra, message):
     assert main(demo_args(base, tmp_path / "demo", *extra)) == 2

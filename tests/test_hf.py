@@ -149,3 +149,31 @@ def test_only_safetensors_weights_are_loaded(tmp_path):
         pytest.skip("this transformers version always writes safetensors")
     with pytest.raises(PrmkitError):
         load_hf_prm(str(tmp_path), "math-shepherd", F32)
+
+
+# /proc/cpuinfo lines as Linux writes them (abridged): an AMD EPYC with AVX2 alone, a Sapphire
+# Rapids with AVX512-BF16 and AMX, and an Arm Neoverse V1 with the BF16 extension
+AVX2_ONLY = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma f16c\n"
+SPR = "processor\t: 0\nflags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+NEOVERSE = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"
+
+
+@pytest.mark.parametrize("cpuinfo, native", [(AVX2_ONLY, False), (SPR, True), (NEOVERSE, True),
+                                             ("", False),
+                                             ("flags\t: avx512f avx512bw\n", False)])
+def test_native_bf16_is_read_from_the_cpu_flags(cpuinfo, native):
+    from prmkit.models.reading import cpu_has_native_bf16
+
+    assert cpu_has_native_bf16(cpuinfo) is native
+
+
+def test_auto_dtype_is_bfloat16_only_where_it_is_native(monkeypatch):
+    from prmkit.models import reading
+
+    monkeypatch.setattr(reading, "cpu_has_native_bf16", lambda cpuinfo=None: False)
+    assert reading.fast_dtype("cpu") == "float32"
+    assert reading.torch_dtype("auto", "cpu") is torch.float32
+    assert reading.fast_dtype("cuda:1") == "bfloat16"
+    assert reading.torch_dtype("bfloat16", "cpu") is torch.bfloat16   # asked for: kept
+    monkeypatch.setattr(reading, "cpu_has_native_bf16", lambda cpuinfo=None: True)
+    assert reading.torch_dtype("auto", "cpu") is torch.bfloat16

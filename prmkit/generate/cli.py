@@ -32,7 +32,7 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="hf", choices=BACKENDS, help="how the policy runs")
     p.add_argument("--prompt-style", default=None, choices=list(STYLES),
                    help="how the policy is prompted; default: by model (see above)")
-    add_dtype_option(p, help="hf/vllm weights; auto = bfloat16")
+    add_dtype_option(p, help="hf/vllm weights; auto = bfloat16 where native, else float32")
     p.add_argument("--device", default="cpu", help="hf: cpu, cuda, cuda:1, ...")
     p.add_argument("--batch-size", type=int, default=8, help="hf: sequences decoded together")
     p.add_argument("--threads", type=int, default=None,

@@ -36,7 +36,7 @@ from prmkit.errors import PrmkitError
 from prmkit.generate.base import (Completion, check_sampling, check_stop, find_stop,
                                   sample_seed)
 from prmkit.generate.prefixcache import PromptCache
-from prmkit.models.reading import DTYPES, TORCH_DTYPES
+from prmkit.models.reading import DTYPES, torch_dtype
 
 log = logging.getLogger("prmkit")
 
@@ -46,7 +46,8 @@ class HFGenConfig:
     """How an HF policy is loaded and run."""
 
     dtype: str = field(default="auto", metadata={
-        "help": "auto = bfloat16 (CPU and GPU); float32 for exact comparisons"})
+        "help": "auto = bfloat16 where the hardware has it (GPU, AVX512-BF16 or AMX), else "
+                "float32; float32 for exact comparisons"})
     device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
     batch_size: int = field(default=8, metadata={
         "help": "the most sequences (samples) decoded together in one forward pass"})
@@ -325,7 +326,7 @@ def load_hf_generator(policy: str, config: HFGenConfig | None = None,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dtype = getattr(torch, TORCH_DTYPES[config.dtype])
+    dtype = torch_dtype(config.dtype, config.device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=config.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True,

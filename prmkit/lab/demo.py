@@ -44,6 +44,7 @@ from typing import Any, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.lab import summary
 from prmkit.lab.stages import Lazy, Printer, prepare, stage, stage_json
+from prmkit.models.reading import fast_dtype
 from prmkit.records import Record
 from prmkit.train.common import HEADS
 
@@ -54,7 +55,10 @@ from prmkit.train.common import HEADS
 # in float32 (2026-12-01). 5: the PRM's own recipe (--prm-last-k, --prm-lr, --prm-epochs), the
 # surprisal head by default (2026-12-01). 6: the calculator's notes in what the PRM and the ORM
 # read, by default; beam search at B=4 against best-of-16; scoring in bfloat16 (2026-12-02).
-STAGES_VERSION = 6
+# 7: the ORM is Let's Verify's, a class head read at the last step (--orm-recipe class);
+# bfloat16 only where the CPU has it natively (2026-12-02).
+STAGES_VERSION = 7
+ORM_RECIPES = ("class", "prm", "own")
 
 
 @dataclass
@@ -110,11 +114,15 @@ class DemoConfig:
                 "epochs gave a test step AUC of 0.785, 100 and 16 gave 0.844; an epoch of the "
                 "head alone costs about a second, the body's one pass 30 s per 200 candidates)"})
     batch_tokens: int = field(default=512, metadata={"help": "--orm-recipe own: the ORM's batch, in tokens"})
-    orm_recipe: str = field(default="prm", metadata={
-        "help": "prm: the ORM trains with the PRM's head and recipe (--head, --prm-last-k, "
-                "--prm-lr, --prm-epochs, --prm-batch-tokens) on the outcome labels, so the two "
-                "differ only in their labels, as in Let's Verify; own: its last --last-k layers "
-                "and a class head, at --lr for --epochs in batches of --batch-tokens"})
+    orm_recipe: str = field(default="class", metadata={
+        "help": "class: Let's Verify's ORM, one classifier of the whole solution read at its "
+                "last step (a class head on the frozen body, with the PRM's budget: "
+                "--prm-last-k, --prm-lr, --prm-epochs, --prm-batch-tokens and its stored "
+                "states), trained on the outcome labels; prm: the PRM's own head read at the "
+                "last step (a survival head: P(no error anywhere), a product over every "
+                "token, so its training on outcomes also gives step credit, an outcome-"
+                "supervised PRM); own: its last --last-k layers and a class head, at --lr for "
+                "--epochs in batches of --batch-tokens"})
     search_problems: int = field(default=40, metadata={
         "help": "test problems for beam search (the first ones of the test set)"})
     beam_n: int = field(default=4, metadata={
@@ -146,8 +154,9 @@ class DemoConfig:
                 or not self.prm_lr > 0:
             raise PrmkitError("--prm-last-k must be 0 or more, --prm-epochs and "
                               "--prm-batch-tokens at least 1 and --prm-lr positive")
-        if self.orm_recipe not in ("prm", "own"):
-            raise PrmkitError(f"--orm-recipe {self.orm_recipe!r} is not prm or own")
+        if self.orm_recipe not in ORM_RECIPES:
+            raise PrmkitError(f"--orm-recipe {self.orm_recipe!r} is not one of "
+                              f"{', '.join(ORM_RECIPES)}")
         if self.head_lr < 0:
             raise PrmkitError(f"--head-lr must be 0 (the heads at --lr) or positive, got "
                               f"{self.head_lr}")
@@ -180,7 +189,8 @@ def run(config: DemoConfig) -> int:
     _train(config, "orm", os.path.join(out, "train_candidates.jsonl"), orm_dir, say)
     recipe = (f"{_trained(config.prm_last_k)}, {config.prm_epochs} epoch(s), lr "
               f"{config.prm_lr}, batches of {config.prm_batch_tokens} tokens")
-    orm = ("the same head and recipe" if config.orm_recipe == "prm" else
+    orm = ({"prm": "the same head and recipe", "class": "a class head read at the last step, "
+            "the same budget"}.get(config.orm_recipe) or
            f"class head, {_trained(config.last_k)}, {config.epochs} epoch(s), lr {config.lr}"
            f"{f', heads {config.head_lr}' if config.head_lr else ''}, batches of "
            f"{config.batch_tokens} tokens")
@@ -189,7 +199,7 @@ def run(config: DemoConfig) -> int:
                  f"({config.head} head, MC step labels; {recipe}) and an ORM (outcome labels; "
                  f"{orm}){tool}")
     dtype = config.score_dtype if config.score_dtype != "auto" else (
-        "bfloat16" if config.calculator else "float32")
+        "bfloat16" if config.calculator and fast_dtype() == "bfloat16" else "float32")
     prm = Lazy(lambda: _load(prm_dir, dtype))     # loaded once, for scoring and for search
     scored = stage(out, "test_scored.jsonl", lambda: _score(world.test, prm(),
                                                              _load(orm_dir, dtype), world.gold))
@@ -282,7 +292,7 @@ def _train(config: DemoConfig, kind: str, data: str, output: str, say: Printer) 
 
     if os.path.isfile(os.path.join(output, "done.json")):
         return
-    recipe = kind == "prm" or config.orm_recipe == "prm"   # the PRM's recipe
+    recipe = kind == "prm" or config.orm_recipe != "own"   # the PRM's budget
     last_k = config.prm_last_k if recipe else config.last_k
     loop = LoopConfig(last_k=last_k, lr=config.prm_lr if recipe else config.lr,
                       head_lr=(config.head_lr or None) if last_k else None,
@@ -293,18 +303,21 @@ def _train(config: DemoConfig, kind: str, data: str, output: str, say: Printer) 
     # the PRM's and the ORM's bodies are the same frozen base on the same candidates: the
     # ORM reads the states (and LM features) the PRM's pass stored
     store = os.path.join(os.path.dirname(output), "frozen") if cache else None
+    # bfloat16 autocast where the CPU has it natively; emulated, it is 7x slower than float32
+    dtype = fast_dtype()
     if kind == "prm":
         from prmkit.train.prm import PRMTrainConfig, train_prm
 
-        train_prm(PRMTrainConfig(base=config.base, data=data, output=output, dtype="bfloat16",
+        train_prm(PRMTrainConfig(base=config.base, data=data, output=output, dtype=dtype,
                                  head=config.head, loop=loop, command="prmkit demo",
                                  calculator=config.calculator,
                                  cache_frozen=cache, frozen_store=store))
     else:
         from prmkit.train.orm import ORMTrainConfig, train_orm
 
-        train_orm(ORMTrainConfig(base=config.base, data=data, output=output, dtype="bfloat16",
-                                 head=config.head if recipe else "class", loop=loop,
+        train_orm(ORMTrainConfig(base=config.base, data=data, output=output, dtype=dtype,
+                                 head=config.head if config.orm_recipe == "prm" else "class",
+                                 loop=loop,
                                  command="prmkit demo", cache_frozen=cache, frozen_store=store,
                                  calculator=config.calculator))
         shutil.rmtree(store, ignore_errors=True)    # both have trained: the states can go

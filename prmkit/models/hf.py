@@ -33,7 +33,7 @@ from prmkit.errors import PrmkitError
 from prmkit.models.base import collect
 from prmkit.models.folder import (architecture_of, folder_format, is_delta, kind_of, load_delta,
                                   load_model, resolve_model_path)
-from prmkit.models.reading import (BIDIRECTIONAL, DTYPES, TORCH_DTYPES, HFConfig, Reader,
+from prmkit.models.reading import (BIDIRECTIONAL, DTYPES, TORCH_DTYPES, HFConfig, Reader, torch_dtype,
                                    ScoreStats, bucket_batches, encode_or_warn, pad_right,
                                    prefix_encodings, token_budget_batches)
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat
@@ -165,7 +165,7 @@ def load_hf_prm(model: str, step_format: str | StepFormat | None = None,
     hf_logging.disable_progress_bar()  # prmkit shows its own progress
     fmt = folder_format(model, path, step_format,
                         "with --format (math-shepherd, qwen-prm, trl, rlhflow, prmkit)")
-    dtype = getattr(torch, TORCH_DTYPES[config.dtype])
+    dtype = torch_dtype(config.dtype, config.device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=config.trust_remote_code)
         net = delta_or_model(model, path, fmt, dtype, config.trust_remote_code)

@@ -55,7 +55,7 @@ from typing import Any, Iterator, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.models.base import collect
 from prmkit.models import folder
-from prmkit.models.reading import (TORCH_DTYPES, HFConfig, ScoreStats, encode_or_warn, pad_right,
+from prmkit.models.reading import (HFConfig, ScoreStats, encode_or_warn, pad_right, torch_dtype,
                                    prefix_encodings, token_budget_batches)
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat, get_format
 
@@ -384,7 +384,7 @@ def load_implicit_prm(path: str, config: HFConfig | None = None,
     if "base" not in train or "beta" not in train:
         raise PrmkitError(f"{path}/{folder.TRAIN_FILE}: field 'config' needs 'base' and 'beta'")
     base_path = folder.base_of(path, train["base"])
-    dtype = getattr(torch, TORCH_DTYPES[config.dtype])
+    dtype = torch_dtype(config.dtype, config.device)
     fmt = folder.folder_format(path, path, step_format)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
