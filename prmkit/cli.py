@@ -112,7 +112,8 @@ def _add_score(sub: Any) -> None:
                         "key-value cache: the problem and the steps they all begin with are "
                         "read once per group (the same scores as one pass, to float32 "
                         "rounding; HF models only, others read every record whole)")
-    add_model_run_options(p, "auto = bfloat16 where native, else float32; use float32 for exact comparisons",
+    add_model_run_options(p, "auto = bfloat16 where native, else float32; use float32 for "
+                             "exact comparisons",
                           "cut solutions to this many tokens (default: the model's maximum)")
     p.add_argument("--chunk", type=int, default=64,
                    help="records scored between two writes of the partial output")

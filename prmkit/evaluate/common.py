@@ -143,7 +143,8 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
                         "saved in the model folder")
-    add_model_run_options(p, "auto = bfloat16 where native, else float32; recorded in the results beside every figure",
+    add_model_run_options(p, "auto = bfloat16 where native, else float32; recorded in the "
+                             "results beside every figure",
                           "cut solutions to this many tokens (default: the model's maximum); "
                           "steps past the cut get no score")
     p.add_argument("--trust-remote-code", action="store_true",

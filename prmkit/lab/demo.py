@@ -14,9 +14,12 @@ leaves them out): the base cannot do two-digit arithmetic.
    rollouts per step, compared with the exact gold labels; binary search for the first error
    (OmegaPRM, Luo et al. 2024) on the same candidates, with the rollouts it saves.
 3. **Training.** A PRM on the MC step labels and an ORM on the outcome labels, from the same
-   base, on the same candidates, with the same head and recipe (its head alone, 16 cheap
-   epochs on stored states; ``--orm-recipe own`` gives the ORM its last 4 layers and a class
-   head for one epoch): the two differ only in their labels, as in Let's Verify.
+   base, on the same candidates, with the same budget (a head alone on the frozen body, 16
+   cheap epochs on stored states). The ORM is Let's Verify's: one classifier of the whole
+   solution, a class head read at its last step (``--orm-recipe prm`` trains the PRM's own
+   survival head on the outcomes instead: an outcome-supervised PRM, whose product over every
+   token turns the outcome into step credit; ``own`` gives the ORM its last 4 layers for one
+   epoch).
 4. **Best-of-N** on the test candidates (Lightman et al. 2023's protocol): PRM (prod, min,
    last), ORM, majority, PRM-weighted majority, the exact-label PRM (upper bound of any PRM)
    and the oracle (pass@N).
@@ -135,7 +138,8 @@ class DemoConfig:
                 "is search-and-learn's setting)"})
     score_dtype: str = field(default="auto", metadata={
         "help": "dtype the PRM and the ORM score and search in; auto: bfloat16 with the "
-                "calculator, float32 without. With the calculator, seed 0's picks in bfloat16 "
+                "calculator where the CPU has it natively (AVX512-BF16, AMX), float32 without "
+                "the calculator or on other CPUs. With the calculator, seed 0's picks in bfloat16 "
                 "were float32's on 80 of 80 problems for both, the step AUCs within 0.0015, and "
                 "scoring a third faster; models that learnt little (--no-calculator) put a "
                 "problem's candidates about 0.03 apart, and there bfloat16's rounding changed "

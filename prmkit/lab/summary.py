@@ -150,7 +150,9 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
         rows.append(("PRM step AUC vs gold labels (test)", f"{trained:.3f}" + (
             "" if exact is None else f" (the exact-label PRM: {exact:.3f})")))
     if orm is not None:
-        rows.append(("ORM step AUC vs gold labels (test)", f"{orm:.3f} (trained on outcomes only)"))
+        how = ("a class head trained at the last step, read at every step"
+               if cfg.orm_recipe == "class" else "trained on outcomes only")
+        rows.append(("ORM step AUC vs gold labels (test)", f"{orm:.3f} ({how})"))
     if cfg.calculator:
         alone = step_auc([with_scores(r, calculator_scores(r.steps)) for r in res.scored])
         rows.append(("the calculator alone: step AUC", f"{alone:.3f} (1 until a step's "

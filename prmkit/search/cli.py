@@ -49,7 +49,8 @@ def add_search(sub: Any) -> None:
                    help="the PRM's step format (preset or prmkit_format.json); default: the "
                         "format saved in the model folder")
     add_dtype_option(p, "--prm-dtype",
-                     help="the PRM's weights; auto = bfloat16 where native, else float32, float32 for exact comparisons")
+                     help="the PRM's weights; auto = bfloat16 where native, else float32; "
+                          "float32 for exact comparisons")
     p.add_argument("--prm-device", default=None, help="the PRM's device; default: --device")
     p.add_argument("--prm-token", default=None,
                    help="bearer token for a remote --prm URL (default: $PRMKIT_TOKEN)")

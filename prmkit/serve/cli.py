@@ -48,7 +48,8 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
                         "saved in the model folder")
-    add_dtype_option(p, help="auto = bfloat16 where native, else float32; float32 gives scores equal to offline float32 scoring")
+    add_dtype_option(p, help="auto = bfloat16 where native, else float32; float32 gives scores "
+                             "equal to offline float32 scoring")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--max-length", type=int, default=None,
                    help="the model's maximum length in tokens (default: from its config)")

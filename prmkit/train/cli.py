@@ -95,7 +95,8 @@ def add_select_for_labeling(sub: Any) -> None:
                    help="how step scores are aggregated into the solution's score")
     p.add_argument("--per-problem", type=int, default=None,
                    help="at most this many picks per problem (group)")
-    add_dtype_option(p, help="scoring dtype (auto = bfloat16 where native, else float32)", choices=("auto", *TRAIN_DTYPES))
+    add_dtype_option(p, help="scoring dtype (auto = bfloat16 where native, else float32)",
+                     choices=("auto", *TRAIN_DTYPES))
     p.add_argument("--output", required=True, help="the chosen records, best first")
     p.set_defaults(run=_run_select_for_labeling)
 
