@@ -173,7 +173,11 @@ def test_auto_dtype_is_bfloat16_only_where_it_is_native(monkeypatch):
     monkeypatch.setattr(reading, "cpu_has_native_bf16", lambda cpuinfo=None: False)
     assert reading.fast_dtype("cpu") == "float32"
     assert reading.torch_dtype("auto", "cpu") is torch.float32
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert reading.fast_dtype("cuda:1") == "bfloat16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)   # before Ampere
+    assert reading.fast_dtype("cuda") == "float32"
     assert reading.torch_dtype("bfloat16", "cpu") is torch.bfloat16   # asked for: kept
     monkeypatch.setattr(reading, "cpu_has_native_bf16", lambda cpuinfo=None: True)
     assert reading.torch_dtype("auto", "cpu") is torch.bfloat16

@@ -33,9 +33,9 @@ from prmkit.errors import PrmkitError
 from prmkit.models.base import collect
 from prmkit.models.folder import (architecture_of, folder_format, is_delta, kind_of, load_delta,
                                   load_model, resolve_model_path)
-from prmkit.models.reading import (BIDIRECTIONAL, DTYPES, TORCH_DTYPES, HFConfig, Reader, torch_dtype,
+from prmkit.models.reading import (BIDIRECTIONAL, DTYPES, TORCH_DTYPES, HFConfig, Reader,
                                    ScoreStats, bucket_batches, encode_or_warn, pad_right,
-                                   prefix_encodings, token_budget_batches)
+                                   prefix_encodings, token_budget_batches, torch_dtype)
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat
 
 # re-exported: the names library users have imported from here

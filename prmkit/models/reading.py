@@ -79,15 +79,22 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
             return False
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
-        if key.strip().lower() in ("flags", "features") and set(value.split()) & set(BF16_CPU_FLAGS):
+        flags = set(value.split())
+        if key.strip().lower() in ("flags", "features") and flags & set(BF16_CPU_FLAGS):
             return True
     return False
 
 
 def fast_dtype(device: str = "cpu") -> str:
-    """What ``auto`` means on ``device``: bfloat16 on a GPU and on a CPU with native bfloat16,
-    else float32."""
-    if not str(device).startswith("cpu"):
+    """What ``auto`` means on ``device``: bfloat16 on a CPU with native bfloat16 and on a GPU
+    that supports it (a CUDA GPU before Ampere does not), else float32."""
+    device = str(device)
+    if device.startswith("cuda"):
+        import torch
+
+        return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() \
+            else "float32"
+    if not device.startswith("cpu"):
         return "bfloat16"
     return "bfloat16" if cpu_has_native_bf16() else "float32"
 
