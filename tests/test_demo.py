@@ -198,7 +198,7 @@ def test_demo_samples_best_of_4b_when_the_test_candidates_are_too_few(base, tmp_
     (["--select", "prm-mean"], "--select 'prm-mean' is not one of prm-prod, prm-min, prm-last"),
     (["--margin", "-1"], "--margin must be at least 0"),
     (["--beam-n", "3", "--beam-m", "2"], "--beam-n 3 must be a positive multiple of --beam-m 2"),
-    (["--search-problems", "9"], "--search-problems must be between 1 and --test-problems (4)"),
+    (["--search-problems", "9"], "--search-problems must be between 0 (all) and --test-problems (4)"),
     (["--orm-recipe", "mine"], "--orm-recipe 'mine' is not one of class, prm, own"),
 ])
 def test_demo_refuses_bad_claim_settings(base, tmp_path, capsys, extra, message):
