@@ -15,7 +15,7 @@ import tiny
 
 from prmkit.models.hf import HFConfig, HFPRM
 from prmkit.models.incremental import (IncrementalPRM, Prefix, RescoringScorer, head_ids,
-                                       prefix_scorer, reuse_blocker)
+                                       prefix_scorer, release, reuse_blocker)
 from prmkit.stepformat import PRESETS
 
 F32 = HFConfig(dtype="float32")
@@ -283,3 +283,34 @@ def test_best_of_n_scores_a_problem_on_its_shared_prefix_as_one_pass_does():
     for x, y in zip(a.records, plain):
         assert x.step_scores == pytest.approx(y, abs=1e-4)
     assert 0 < a.account.total.prm_tokens < b.account.total.prm_tokens
+
+
+@pytest.mark.parametrize("head", ["class", "surprisal"])
+def test_a_step_asked_twice_on_one_prefix_is_read_once(head):
+    """Samples of a step are often word for word the same: one ``extend`` call that asks the
+    same step of the same prefix twice reads it once, gives both the scores of a path read
+    whole, and charges the repeat nothing; each copy grows on as its own prefix."""
+    from test_surprisal import tied_pair
+
+    from prmkit.models.load import wrap_model
+    from prmkit.train.common import training_format
+
+    if head == "surprisal":
+        prm = wrap_model(tied_pair(3)[0], tiny.tokenizer(), training_format("prmkit", head), F32)
+    else:
+        prm = HFPRM(sharp("classes"), tiny.tokenizer(), PRESETS["prmkit"], F32)
+    fast, once = IncrementalPRM(prm), IncrementalPRM(prm)
+    problem, step = PROBLEMS[1], "She sold 48 / 2 = 24 clips in May."
+    root, root_once = fast.roots([problem])[0], once.roots([problem])[0]
+    a, b, other = fast.extend([(root, step), (root, step), (root, "So 72.")])
+    once.extend([(root_once, step), (root_once, "So 72.")])
+    assert fast.tokens == once.tokens                 # the repeat was not read
+    assert a.cost > 0 and b.cost == 0 and a is not b
+    want = prm.score([problem], [[step]])[0]
+    assert list(a.scores) == list(b.scores) == pytest.approx(want, abs=1e-5)
+    assert other.scores != a.scores
+    release(a)                                        # one copy finishes: the other grows on
+    grown = fast.extend([(b, "The answer is 72.")])[0]
+    assert list(grown.scores) == pytest.approx(
+        prm.score([problem], [[step, "The answer is 72."]])[0], abs=1e-5)
+    assert fast.fallbacks == 0

@@ -77,3 +77,35 @@ def test_cache_frozen_needs_last_k(tiny_base, data, tmp_path):
     with pytest.raises(PrmkitError, match="--cache-frozen needs --train last-k"):
         PRMTrainConfig(base=tiny_base, data=data[0], output=str(tmp_path / "o"),
                        cache_frozen=True, loop=LoopConfig(train="full"))
+
+
+def test_repeated_sequences_are_read_once_and_train_as_uncached(tiny_base, tmp_path,
+                                                                 monkeypatch):
+    """Candidates that repeat another's text word for word (most right lab solutions do) go
+    through the frozen layers once; training still gives the uncached weights."""
+    from prmkit.records import write_records
+    from prmkit.train import frozen
+    from test_train_prm import records
+
+    once = records(6)
+    twice = once + [r.__class__(**{**r.to_dict(), "id": r.id + "-again"}) for r in once[:4]]
+    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    write_records(str(train), twice)
+    write_records(str(dev), records(9)[6:])
+    real, seen = frozen.FrozenLayers.bottom_hidden, []
+
+    def counted(self, seqs, pad, device):
+        seen.extend(tuple(e.input_ids) for e in seqs)
+        return real(self, seqs, pad, device)
+
+    monkeypatch.setattr(frozen.FrozenLayers, "bottom_hidden", counted)
+    plain, w_plain = run(tiny_base, (str(train), str(dev)), tmp_path / "plain", "class", False,
+                         last_k=0)
+    cached, w_cached = run(tiny_base, (str(train), str(dev)), tmp_path / "cached", "class",
+                           True, last_k=0)
+    built = seen[-(len(set(seen))):]          # the build after the first batch's check
+    assert len(set(seen)) == 6 + 3            # the distinct training and dev sequences
+    assert len(built) == len(set(built))      # none read twice by the build
+    for a, b in zip(plain, cached):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
+    assert max(float((w_plain[k] - w_cached[k]).abs().max()) for k in w_plain) <= 1e-5

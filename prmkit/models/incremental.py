@@ -52,13 +52,14 @@ descendant goes; a finished solution's own segment is dropped at once (:func:`re
 (SmolLM2-135M in bfloat16: 23 KB), so a tree of 10,000 live tokens holds about 230 MB.
 
 Token accounting. ``tokens`` counts the tokens fed through the PRM's forward passes (padding
-excluded): with reuse, the problem once per root and each step (with its separator) once;
-without, every grown solution whole. ``Prefix.cost`` is the share of one prefix.
+excluded): with reuse, the problem once per root and each step (with its separator) once,
+and a step that one ``extend`` call asks twice on the same prefix (two samples with the same
+text) once; without, every grown solution whole. ``Prefix.cost`` is the share of one prefix.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
 from prmkit.errors import PrmkitError
@@ -226,9 +227,18 @@ class IncrementalPRM:
         return roots
 
     def extend(self, items: Sequence[tuple[Prefix, str]]) -> list[Prefix]:
+        """Each item's child, scored on its parent's cache. An item that repeats an earlier
+        one (the same parent and step: samples of a step are often word for word the same)
+        is read once; the repeat gets a copy that shares its cache and costs 0 tokens."""
         out: list[Prefix | None] = [None] * len(items)
         members: list[_Member] = []
+        seen: dict[tuple[int, str], int] = {}
+        repeats: list[tuple[int, int]] = []
         for j, (parent, step) in enumerate(items):
+            if (id(parent), step) in seen:
+                repeats.append((j, seen[(id(parent), step)]))
+                continue
+            seen[(id(parent), step)] = j
             steps = parent.steps + (step,)
             enc = self.prm.bound.encode(parent.problem, list(steps), max_length=self.prm.max_length)
             if enc.truncated:   # past the model's length: not scored, like HFPRM.score
@@ -266,6 +276,8 @@ class IncrementalPRM:
             batch.append(m)
         if batch:
             self._read(batch, out)
+        for j, first in repeats:
+            out[j] = replace(out[first], cost=0)  # type: ignore[type-var]
         return out  # type: ignore[return-value]
 
     def score_full(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[Prefix]:

@@ -96,7 +96,9 @@ class FrozenLayers:
 
     def build(self, examples: Sequence[Example], budget: int, pad: int, device: Any,
               autocast: bool) -> None:
-        """Run the frozen layers once over every training sequence."""
+        """Run the frozen layers once over every training sequence; a sequence with the same
+        ids as another (lab and sampled candidates often repeat word for word) shares its
+        states."""
         import torch
 
         from prmkit.models.reading import token_budget_batches
@@ -105,15 +107,21 @@ class FrozenLayers:
         was = self.model.training
         self.model.eval()
         self.kept = self.load(autocast, device)
-        todo = []
+        todo, twins = [], []   # twins: a sequence whose ids an earlier one of todo has
+        first: dict[str, Example] = {}
         for e in examples:
-            if "h:" + digest(e.input_ids) in self.kept:
-                self.hidden[id(e)] = self.kept["h:" + digest(e.input_ids)]
+            key = "h:" + digest(e.input_ids)
+            if key in self.kept:
+                self.hidden[id(e)] = self.kept[key]
+            elif key in first:
+                twins.append((e, first[key]))
             else:
+                first[key] = e
                 todo.append(e)
         if self.store:
-            print(f"frozen layers: {len(examples) - len(todo)} of {len(examples)} sequences "
-                  f"read from {self.store_file(autocast)}", file=sys.stderr)
+            print(f"frozen layers: {len(examples) - len(todo) - len(twins)} of {len(examples)} "
+                  f"sequences read from {self.store_file(autocast)}, {len(twins)} repeat "
+                  f"another's ids", file=sys.stderr)
         batches = token_budget_batches([len(e.input_ids) for e in todo], budget)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             for batch in progress(batches, desc="frozen layers", unit="batch"):
@@ -123,6 +131,8 @@ class FrozenLayers:
         self.model.train(was)
         for e in todo:
             self.kept["h:" + digest(e.input_ids)] = self.hidden[id(e)]
+        for e, twin in twins:
+            self.hidden[id(e)] = self.hidden[id(twin)]
         self.dirty = bool(todo)
 
     def store_file(self, autocast: bool) -> str:
