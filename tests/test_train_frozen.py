@@ -103,9 +103,11 @@ def test_repeated_sequences_are_read_once_and_train_as_uncached(tiny_base, tmp_p
                          last_k=0)
     cached, w_cached = run(tiny_base, (str(train), str(dev)), tmp_path / "cached", "class",
                            True, last_k=0)
-    built = seen[-(len(set(seen))):]          # the build after the first batch's check
-    assert len(set(seen)) == 6 + 3            # the distinct training and dev sequences
-    assert len(built) == len(set(built))      # none read twice by the build
+    # the first batch's check reads its sequences, then the build reads what it must: the
+    # build's reads are the last ones, one per distinct training and dev sequence
+    assert len(set(seen)) == 6 + 3
+    built = seen[-(6 + 3):]
+    assert len(set(built)) == 6 + 3           # none read twice (10 training sequences, 6 distinct)
     for a, b in zip(plain, cached):
         assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
     assert max(float((w_plain[k] - w_cached[k]).abs().max()) for k in w_plain) <= 1e-5
