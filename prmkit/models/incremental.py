@@ -235,10 +235,11 @@ class IncrementalPRM:
         seen: dict[tuple[int, str], int] = {}
         repeats: list[tuple[int, int]] = []
         for j, (parent, step) in enumerate(items):
-            if (id(parent), step) in seen:
-                repeats.append((j, seen[(id(parent), step)]))
+            key = (id(parent), step)
+            if key in seen:
+                repeats.append((j, seen[key]))
                 continue
-            seen[(id(parent), step)] = j
+            seen[key] = j
             steps = parent.steps + (step,)
             enc = self.prm.bound.encode(parent.problem, list(steps), max_length=self.prm.max_length)
             if enc.truncated:   # past the model's length: not scored, like HFPRM.score

@@ -79,8 +79,9 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
             return False
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
-        flags = set(value.split())
-        if key.strip().lower() in ("flags", "features") and flags & set(BF16_CPU_FLAGS):
+        if key.strip().lower() not in ("flags", "features"):
+            continue
+        if set(value.split()) & set(BF16_CPU_FLAGS):
             return True
     return False
 

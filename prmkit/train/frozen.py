@@ -107,8 +107,8 @@ class FrozenLayers:
         was = self.model.training
         self.model.eval()
         self.kept = self.load(autocast, device)
-        todo, twins = [], []   # twins: a sequence whose ids an earlier one of todo has
-        first: dict[str, Example] = {}
+        first: dict[str, Example] = {}   # store key -> the first sequence with those ids
+        twins = []                       # (a sequence, the earlier one with its ids)
         for e in examples:
             key = "h:" + digest(e.input_ids)
             if key in self.kept:
@@ -117,7 +117,7 @@ class FrozenLayers:
                 twins.append((e, first[key]))
             else:
                 first[key] = e
-                todo.append(e)
+        todo = list(first.values())
         if self.store:
             print(f"frozen layers: {len(examples) - len(todo) - len(twins)} of {len(examples)} "
                   f"sequences read from {self.store_file(autocast)}, {len(twins)} repeat "
@@ -129,8 +129,8 @@ class FrozenLayers:
                 for e, h in zip(seqs, self.bottom_hidden(seqs, pad, device)):
                     self.hidden[id(e)] = h
         self.model.train(was)
-        for e in todo:
-            self.kept["h:" + digest(e.input_ids)] = self.hidden[id(e)]
+        for key, e in first.items():
+            self.kept[key] = self.hidden[id(e)]
         for e, twin in twins:
             self.hidden[id(e)] = self.hidden[id(twin)]
         self.dirty = bool(todo)
