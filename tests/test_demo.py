@@ -192,6 +192,17 @@ def test_demo_samples_best_of_4b_when_the_test_candidates_are_too_few(base, tmp_
     assert "(4 of 4 per problem)" in rows[1]["source"]
     claim = json.loads((out / "summary.json").read_text())["claims"]["beam_matches_4x_best_of_n"]
     assert claim["problems"] == 2
+    # the further samples were read in the test candidates' pass (one tree per problem): their
+    # scores are one-pass scoring's, each sample alone
+    from prmkit.models.hf import HFConfig, load_hf_prm
+
+    more = read_records(str(out / "search_scored.jsonl"))
+    assert sorted(int(r.id.rsplit("-", 1)[1]) for r in more) == [4, 4, 5, 5, 6, 6, 7, 7]
+    assert len({r.group for r in more}) == 2
+    prm = load_hf_prm(str(out / "prm" / "last"), config=HFConfig(dtype="float32"))
+    for r in more:
+        alone = prm.score([r.problem], [r.steps])[0]
+        assert r.step_scores == pytest.approx(alone, abs=1e-5)
 
 
 @pytest.mark.parametrize("extra, message", [

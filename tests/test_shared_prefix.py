@@ -94,6 +94,21 @@ def expected_tokens(prm, batch=BATCH) -> tuple[int, int, int]:
     return plain, computed, fallbacks
 
 
+def expected_trie_tokens(prm, batch=BATCH) -> tuple[int, int, int]:
+    """(plain, computed, fallbacks) of the one-pass tree (rows not split): each group of two or
+    more reads every distinct prefix of its solutions' ids once, counted here by brute force
+    as the set of all of them; the others are read whole. Nothing falls back: the tree is cut
+    at the token, on each solution's own ids."""
+    encs = [prm.bound.encode(p, s).input_ids for p, s, _ in batch]
+    groups: dict = {}
+    for i, (p, _, g) in enumerate(batch):
+        groups.setdefault(None if g is None else (g, p), []).append(i)
+    computed = sum(len(encs[i]) for i in groups.pop(None, []))
+    for members in groups.values():
+        computed += len({tuple(encs[i][:k]) for i in members for k in range(1, len(encs[i]) + 1)})
+    return sum(len(e) for e in encs), computed, 0
+
+
 @pytest.mark.parametrize("packed", [True, False], ids=["tree-pass", "by-depth"])
 @pytest.mark.parametrize("fmt,make", CASES, ids=[c[0] for c in CASES])
 def test_shared_equals_one_pass_on_every_preset(fmt, make, packed):
@@ -110,12 +125,14 @@ def test_shared_equals_one_pass_on_every_preset(fmt, make, packed):
         assert a == pytest.approx(b, abs=1e-4)
     odds = [math.log(p / (1 - p)) for row in got for p in row]
     assert max(odds) - min(odds) > 2.0            # scores differ enough to tell a wrong read
-    plain, computed, fallbacks = expected_tokens(prm)
+    plain, computed, fallbacks = (expected_trie_tokens if packed else expected_tokens)(prm)
     assert (stats.plain, stats.computed, stats.fallbacks) == (plain, computed, fallbacks)
     assert stats.computed < stats.plain
     assert stats.groups == 4 and stats.alone == 2   # a, b, d, e shared; the lone one, c whole
     assert stats.candidates == 14
-    plan = SharedPrefixScorer(prm).plan(problems, steps, groups)   # no forward pass
+    planner = SharedPrefixScorer(prm)
+    planner.packed = packed
+    plan = planner.plan(problems, steps, groups)   # no forward pass
     assert (plan.plain, plan.computed, plan.fallbacks, plan.groups, plan.alone, plan.candidates) == (
         stats.plain, stats.computed, stats.fallbacks, stats.groups, stats.alone, stats.candidates)
 
@@ -141,14 +158,20 @@ def test_the_prefix_holds_the_common_steps_and_their_scores_are_shared():
         assert stats.forwards == passes
 
 
-def test_falls_back_where_the_prefix_is_not_a_prefix():
+@pytest.mark.parametrize("packed", [True, False], ids=["tree-pass", "by-depth"])
+def test_falls_back_where_the_prefix_is_not_a_prefix(packed):
     prm = HFPRM(sharp("classes"), tiny.tokenizer(), PRESETS["prmkit"], F32)
     prm.bound = tiny.ClosingBound(prm.bound)
     problems, steps, groups = split()
     stats = ShareStats()
-    got = score_shared(prm, problems, steps, groups, stats)
+    scorer = SharedPrefixScorer(prm, stats)
+    scorer.packed = packed
+    got = scorer.score(problems, steps, groups)
     for a, b in zip(got, prm.score(problems, steps)):
         assert a == pytest.approx(b, abs=1e-4)
+    if packed:   # the token tree shares the ids the solutions share, whatever a step's prefix
+        assert (stats.plain, stats.computed, stats.fallbacks) == expected_trie_tokens(prm)
+        return
     # a prefix with steps ends with the closing token, which every solution (and every node)
     # below it with more steps lacks; they reuse the ids before it. Group a: its 3 solutions;
     # group e: 2 solutions of the first branch, the second branch's longer run and 2 of its
@@ -281,7 +304,7 @@ def test_score_shares_prefixes_by_default_and_prints_the_tokens(tmp_path, capsys
     line = next(x for x in err.splitlines() if x.startswith("prefix sharing:"))
     prm = HFPRM(tiny.causal_lm(), tiny.tokenizer(), PRESETS["math-shepherd"], F32)
     batch = [(r.problem, r.steps, r.group) for r in plain]
-    want_plain, want_computed, _ = expected_tokens(prm, batch)
+    want_plain, want_computed, _ = expected_trie_tokens(prm, batch)   # tiny Llama: one pass
     assert f"computed {want_computed} of {want_plain} tokens" in line
     assert f"saved {want_plain - want_computed};" in line and want_computed < want_plain
     assert "prefix sharing" not in err_plain

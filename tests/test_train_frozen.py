@@ -92,22 +92,20 @@ def test_repeated_sequences_are_read_once_and_train_as_uncached(tiny_base, tmp_p
     train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
     write_records(str(train), twice)
     write_records(str(dev), records(9)[6:])
-    real, seen = frozen.FrozenLayers.bottom_hidden, []
+    real, seen = frozen.FrozenLayers.tree_hidden, []
 
-    def counted(self, seqs, pad, device):
+    def counted(self, seqs, budget, pad, device):
         seen.extend(tuple(e.input_ids) for e in seqs)
-        return real(self, seqs, pad, device)
+        return real(self, seqs, budget, pad, device)
 
-    monkeypatch.setattr(frozen.FrozenLayers, "bottom_hidden", counted)
+    monkeypatch.setattr(frozen.FrozenLayers, "tree_hidden", counted)
     plain, w_plain = run(tiny_base, (str(train), str(dev)), tmp_path / "plain", "class", False,
                          last_k=0)
     cached, w_cached = run(tiny_base, (str(train), str(dev)), tmp_path / "cached", "class",
                            True, last_k=0)
-    # the first batch's check reads its sequences, then the build reads what it must: the
-    # build's reads are the last ones, one per distinct training and dev sequence
-    assert len(set(seen)) == 6 + 3
-    built = seen[-(6 + 3):]
-    assert len(set(built)) == 6 + 3           # none read twice (10 training sequences, 6 distinct)
+    # the build reads each distinct training and dev sequence once, as one token tree (10
+    # training sequences, 6 distinct)
+    assert len(seen) == len(set(seen)) == 6 + 3
     for a, b in zip(plain, cached):
         assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
     assert max(float((w_plain[k] - w_cached[k]).abs().max()) for k in w_plain) <= 1e-5

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from prmkit.errors import PrmkitError
-from prmkit.models.treepass import Segment, joined, pack_blocker, share_rows, split_rows, visible
+from prmkit.models.treepass import (Segment, joined, pack_blocker, share_rows, split_rows,
+                                     token_tree, visible)
 
 # a root (positions 0-3), a node below it that shares only 3 of its ids (a fallback: 3-5),
 # leaves: one on the root (4-5), two on the node (6-7, 6), one on the node sharing 4 ids (4-6)
@@ -56,6 +57,33 @@ def test_rows_of_several_trees_share_a_row_and_keep_their_paths_apart():
     assert [s.parent for s in one] == [None, 0, 1, None, 3]
     assert visible(one, 4) == [(3, 0, 4)]                      # the second tree sees only itself
     assert visible(one, 2) == [(1, 0, 1), (0, 0, 3)]
+
+
+@pytest.mark.parametrize("seqs", [
+    [[1, 2, 3, 4, 5], [1, 2, 3, 9], [1, 2, 3, 4, 5], [1, 2, 3, 4], [1, 2, 7, 7, 7, 7]],
+    [[5, 1], [6, 1, 2], [6, 1, 3]],             # no common first id: two roots
+    [[4, 4, 4]] * 3,                            # all the same: one segment
+], ids=["branches", "two-roots", "identical"])
+def test_a_token_tree_reads_each_distinct_prefix_once_and_rebuilds_every_path(seqs):
+    reads = [list(range(0, len(s), 2)) + [len(s) - 1] for s in seqs]
+    segs, holders = token_tree(seqs, reads)
+    distinct = {tuple(s[:k]) for s in seqs for k in range(1, len(s) + 1)}
+    assert sum(len(seg.ids) for seg in segs) == len(distinct)
+    for k, seg in enumerate(segs):
+        assert seg.parent is None or seg.parent < k                 # parents first
+        assert seg.start == (0 if seg.parent is None else segs[seg.parent].start + len(segs[seg.parent].ids))
+        for j in range(k):                                          # siblings part at once
+            if segs[j].parent == seg.parent and seg.ids and segs[j].ids:
+                assert segs[j].ids[0] != seg.ids[0]
+    for s, wanted, held in zip(seqs, reads, holders):
+        for p, k in zip(wanted, held):
+            path, j = [], k                                         # the ids up to the read
+            while j is not None:
+                path.append(j)
+                j = segs[j].parent
+            ids = [x for j in reversed(path) for x in segs[j].ids]
+            assert ids[:p + 1] == s[:p + 1] and segs[k].start <= p < segs[k].start + len(segs[k].ids)
+            assert p in segs[k].reads
 
 
 def test_models_whose_attention_takes_no_mask_are_read_a_depth_at_a_time():

@@ -48,7 +48,7 @@ from prmkit.errors import PrmkitError
 from prmkit.lab import summary
 from prmkit.lab.stages import Lazy, Printer, prepare, stage, stage_json
 from prmkit.models.reading import fast_dtype
-from prmkit.records import Record
+from prmkit.records import Record, read_records, write_records
 from prmkit.train.common import HEADS
 
 # Stored with the settings: a folder written by another version of the stages starts again
@@ -60,8 +60,9 @@ from prmkit.train.common import HEADS
 # read, by default; beam search at B=4 against best-of-16; scoring in bfloat16 (2026-12-02).
 # 7: the ORM is Let's Verify's, a class head read at the last step (--orm-recipe class);
 # bfloat16 only where the CPU has it natively (2026-12-02). 8: beam search at B=8 against
-# best-of-32, on every test problem (2026-12-02).
-STAGES_VERSION = 8
+# best-of-32, on every test problem (2026-12-02). 9: best-of-4B's further samples drawn in stage
+# 1 and read by the PRM in the same shared-prefix pass as the test candidates (2026-12-02).
+STAGES_VERSION = 9
 ORM_RECIPES = ("class", "prm", "own")
 
 
@@ -212,8 +213,8 @@ def run(config: DemoConfig) -> int:
     dtype = config.score_dtype if config.score_dtype != "auto" else (
         "bfloat16" if config.calculator and fast_dtype() == "bfloat16" else "float32")
     prm = Lazy(lambda: _load(prm_dir, dtype))     # loaded once, for scoring and for search
-    scored = stage(out, "test_scored.jsonl", lambda: _score(world.test, prm(),
-                                                             _load(orm_dir, dtype), world.gold))
+    scored = stage(out, "test_scored.jsonl", lambda: _score(world, prm(), _load(orm_dir, dtype),
+                                                             out))
     bon = summary.bestofn_stage(config, scored, say)
     search = stage_json(out, "search.json", lambda: _search(config, world, prm(), scored))
     say.stage(5, f"search on {search['rows'][0]['problems']} problems: " + "; ".join(
@@ -232,6 +233,7 @@ class World:
     test: list[Record]
     test_problems: list[Record]
     gold: dict[str, Record]
+    more: list[Record]          # best-of-4B's samples beyond the test candidates (search)
     policy: Any
     prompter: Any
     policy_name: str
@@ -251,11 +253,27 @@ def _world(config: DemoConfig, out: str, say: "Printer") -> World:
     test = stage(out, "test_candidates.jsonl", lambda: candidates_of(
         test_p, config.n, policy, prompter, policy_name, config.seed + 1))
     gold = {r.id: gold_record(r) for r in train + test}
+    more = stage(out, "search_candidates.jsonl", lambda: further_samples(config, test_p, policy,
+                                                                          prompter, policy_name))
     say.stage(1, f"{len(train_p)} training problems x {config.train_n} candidates, "
                  f"{len(test_p)} test problems x {config.n}; {config.min_steps}-{config.max_steps} "
                  f"operations, policy {policy_name}: candidate accuracy "
                  f"{summary.pct(100 * summary.mean(r.is_correct for r in train + test))}")
-    return World(train, test, test_p, gold, policy, prompter, policy_name)
+    return World(train, test, test_p, gold, more, policy, prompter, policy_name)
+
+
+def further_samples(config: DemoConfig, test_p: Sequence[Record], policy: Any, prompter: Any,
+                    name: str) -> list[Record]:
+    """Best-of-4B's samples beyond the ``--n`` test candidates, on the search problems: as many
+    more of the same policy (another seed), numbered on after the test candidates' own (sample
+    n, n + 1, ...); none when 4B <= n."""
+    extra = 4 * config.beam_n - config.n
+    if extra <= 0:
+        return []
+    first = test_p[:config.search_problems or None]   # 0: all
+    more = candidates_of(first, extra, policy, prompter, name, config.seed + 2)
+    return [Record(**{**r.to_dict(), "id": f"{r.group}-{config.n + i % extra}"})
+            for i, r in enumerate(more)]
 
 
 def _labels(config: DemoConfig, out: str, world: World, say: "Printer") -> "summary.Labels":
@@ -346,16 +364,26 @@ def _load(model_dir: str, dtype: str) -> Any:
     return load_hf_prm(os.path.join(model_dir, "last"), config=HFConfig(dtype=dtype))
 
 
-def _score(test: Sequence[Record], prm: Any, orm: Any, gold: dict[str, Record]) -> list[Record]:
-    step_scores = _score_with(prm, test, "PRM")
-    orm_steps = _score_with(orm, test, "ORM")   # its last step is the outcome score
-    out = []
-    for r, s, o in zip(test, step_scores, orm_steps):
-        g = gold[r.id]
-        out.append(Record(**{**r.to_dict(), "step_scores": s, "labels": g.labels,
-                             "first_error": g.first_error,
-                             "meta": {**r.meta, "outcome_score": o[-1], "orm_step_scores": o}}))
-    return out
+def _score(world: World, prm: Any, orm: Any, out: str) -> list[Record]:
+    """4. the test candidates' step scores by the PRM and the ORM. The PRM reads best-of-4B's
+    further samples of a problem in the same pass as its test candidates (one tree of shared
+    prefixes per problem: they share its prompt and often their first steps); those scores go to
+    ``search_scored.jsonl``, written before this stage's own file."""
+    by_group: dict[str, list[Record]] = {}
+    for r in world.test + world.more:
+        by_group.setdefault(r.group, []).append(r)
+    both = [r for rs in by_group.values() for r in rs]
+    scores = dict(zip((r.id for r in both), _score_with(prm, both, "PRM")))
+    write_records(os.path.join(out, "search_scored.jsonl"),
+                  [Record(**{**r.to_dict(), "step_scores": scores[r.id]}) for r in world.more])
+    orm_steps = _score_with(orm, world.test, "ORM")   # its last step is the outcome score
+    scored = []
+    for r, o in zip(world.test, orm_steps):
+        g = world.gold[r.id]
+        scored.append(Record(**{**r.to_dict(), "step_scores": scores[r.id], "labels": g.labels,
+                                "first_error": g.first_error,
+                                "meta": {**r.meta, "outcome_score": o[-1], "orm_step_scores": o}}))
+    return scored
 
 
 def _score_with(model: Any, test: Sequence[Record], name: str,
@@ -384,9 +412,9 @@ def _score_with(model: Any, test: Sequence[Record], name: str,
 def _search(config: DemoConfig, world: World, prm: Any, scored: Sequence[Record]) -> dict[str, Any]:
     """5. beam search at width B against best-of-N at 4B, on the first test problems.
 
-    Best-of-4B takes the problem's test candidates (already scored by the PRM) and, when 4B is
-    more than ``--n``, as many more samples of the same policy (another seed), scored by the
-    same PRM. Both choose by ``--select``."""
+    Best-of-4B takes the problem's test candidates and, when 4B is more than ``--n``, as many
+    more samples of the same policy (another seed; :func:`further_samples`), all scored by the
+    PRM in stage 4. Both choose by ``--select``."""
     from prmkit.evaluate.paired import per_problem_accuracy
     from prmkit.generate.run import Problem
     from prmkit.search.beam import BeamConfig, beam_search
@@ -401,12 +429,8 @@ def _search(config: DemoConfig, world: World, prm: Any, scored: Sequence[Record]
     mine = [r for r in scored if r.group in ids]
     source = f"the test candidates ({min(big, config.n)} of {config.n} per problem)"
     if big > config.n:
-        more = candidates_of(first, big - config.n, world.policy, world.prompter,
-                             world.policy_name, config.seed + 2)
-        scores = _score_with(prm, more, "PRM (best-of-4B's further candidates)")
-        per = big - config.n      # ids after the test candidates' own: sample n, n+1, ...
-        mine += [Record(**{**r.to_dict(), "id": f"{r.group}-{config.n + i % per}",
-                           "step_scores": sc}) for i, (r, sc) in enumerate(zip(more, scores))]
+        more = read_records(os.path.join(config.output, "search_scored.jsonl"))
+        mine += [r for r in more if r.group in ids]
         source += f" and {big - config.n} more samples per problem (seed {config.seed + 2})"
     acc = per_problem_accuracy(mine, config.select, big, seed=config.seed)
     scale = big / config.n if big <= config.n else 1.0    # the expected tokens of 4B of them

@@ -19,10 +19,13 @@ server, the solutions of one micro-batch with the same problem) are read as a tr
 3. **each candidate's suffix**: its own ids after its deepest node, read after that node.
 
 A node reads the scores of its own steps (the same for every candidate below it). **How the
-tree is read**: where the model's attention takes a custom mask (``sdpa``, ``eager``), each
-tree is a row of one pass under a tree-attention mask, many groups a pass (:mod:`prmkit.models.treepass`;
-on a CPU every pass costs the reading of all the weights); otherwise a depth at a time, each
-node on its parent's key-value cache, then the suffixes on their nodes' caches
+tree is read**: where the model's attention takes a custom mask (``sdpa``, ``eager``), the
+group is read as the finer tree of its token ids instead (:func:`prmkit.models.treepass.token_tree`:
+every distinct prefix of the candidates' own ids once, cut at the token where two part, so
+steps that differ only in a result's digits share their words), each tree a row of one pass
+under a tree-attention mask, many groups a pass (:mod:`prmkit.models.treepass`; on a CPU every
+pass costs the reading of all the weights). Otherwise the tree of steps above is read a depth
+at a time, each node on its parent's key-value cache, then the suffixes on their nodes' caches
 (:func:`prmkit.models.cachedpass.cached_forward`, the machinery search uses).
 
 Why it is exact. A causal model's output at a position depends only on the ids up to it, and
@@ -46,8 +49,9 @@ reuse a cache (:func:`prmkit.models.incremental.reuse_blocker`: bidirectional mo
 windows, the implicit PRM), records without a group, and groups of one.
 
 Accounting (:class:`ShareStats`): ``plain`` is what one-pass scoring feeds (every candidate's
-ids), ``computed`` what this feeds (each node once, or once per tree row that needs it, each
-suffix, the candidates read whole); ``saved = plain - computed``. Both count real tokens,
+ids), ``computed`` what this feeds (each node or token-tree segment once, or once per tree row
+that needs it, each suffix, the candidates read whole); ``saved = plain - computed``. The token
+tree reads each candidate on its own ids, so it has no fallbacks. Both count real tokens,
 padding excluded; ``padded`` counts the padded size of every pass.
 
 Memory. Groups are taken a token budget of their prefixes at a time (:meth:`HFPRM.batches`)
@@ -66,7 +70,7 @@ from prmkit.models.cachedpass import cached_forward
 from prmkit.models.incremental import common_prefix_length, head_ids, reuse_blocker
 from prmkit.models.sharestats import ShareStats
 from prmkit.models.treepass import (ROW_TOKENS, Segment, joined, pack_blocker, share_rows,
-                                     split_rows, tree_forward)
+                                     split_rows, token_tree, tree_forward)
 from prmkit.stepformat import Encoded
 
 __all__ = ["SharedPrefixScorer", "ShareStats", "can_share", "group_prefix", "has_groups",
@@ -163,15 +167,19 @@ class SharedPrefixScorer:
         encs = [prm.encode(p, s) for p, s in zip(problems, steps)]
         stats.plain += sum(len(e.input_ids) for e in encs)
         out: list[list[float | None] | None] = [None] * len(problems)
+        if self.packed:
+            members, alone = self._groups(problems, groups, encs)
+            if alone:
+                _plain(prm, alone, problems, steps, stats, out, count_plain=False)
+            stats.groups += len(members)
+            self._read_token_trees(members, encs, out)
+            return [row if row is not None else [] for row in out]
         trees, alone = self._trees(problems, steps, groups, encs)
         if alone:
             _plain(prm, alone, problems, steps, stats, out, count_plain=False)
         for batch in prm.batches([len(t.root.ids) for t in trees]):
             part = [trees[i] for i in batch]
             stats.groups += len(part)
-            if self.packed:
-                self._read_trees(part, encs, out)
-                continue
             nodes = [n for t in part for n in t.nodes]
             for depth in range(max(n.depth for n in nodes) + 1):   # a parent before its children
                 self._read_nodes([n for n in nodes if n.depth == depth])
@@ -185,20 +193,25 @@ class SharedPrefixScorer:
              groups: Sequence[Hashable | None]) -> ShareStats:
         """What :meth:`score` would feed (``plain``, ``computed``, the groups, fallbacks), from
         the encodings alone: no forward pass (``padded`` and ``forwards`` stay 0)."""
-        kept, self.stats = self.stats, ShareStats()
-        try:
-            encs = [self.prm.encode(p, s) for p, s in zip(problems, steps)]
-            trees, alone = self._trees(problems, steps, groups, encs)
-            plan = self.stats
-        finally:
-            self.stats = kept
+        encs = [self.prm.encode(p, s) for p, s in zip(problems, steps)]
+        if self.packed:
+            members, alone = self._groups(problems, groups, encs)
+            plan = ShareStats(groups=len(members), candidates=sum(map(len, members)))
+            plan.computed = sum(len(s.ids) for _, row, _ in self._token_rows(members, encs)[0]
+                                for s in row)
+        else:
+            kept, self.stats = self.stats, ShareStats()
+            try:
+                trees, alone = self._trees(problems, steps, groups, encs)
+                plan = self.stats
+            finally:
+                self.stats = kept
+            plan.groups, plan.candidates = len(trees), sum(len(t.leaves) for t in trees)
+            plan.computed = sum(len(n.ids) - n.past for t in trees for n in t.nodes) + sum(
+                len(encs[x.i].input_ids) - x.past for t in trees for x in t.leaves)
         plan.plain = sum(len(e.input_ids) for e in encs)
-        plan.alone, plan.groups = len(alone), len(trees)
-        plan.candidates = sum(len(t.leaves) for t in trees)
-        plan.computed = sum(len(encs[i].input_ids) for i in alone) + (sum(
-            len(s.ids) for t in trees for _, row in self._rows(t, encs) for s in row) if self.packed
-            else sum(len(n.ids) - n.past for t in trees for n in t.nodes) + sum(
-                len(encs[x.i].input_ids) - x.past for t in trees for x in t.leaves))
+        plan.alone = len(alone)
+        plan.computed += sum(len(encs[i].input_ids) for i in alone)
         return plan
 
     # -- the trees: a group's prefix, and below it the steps some of its solutions share --------
@@ -272,34 +285,60 @@ class SharedPrefixScorer:
                 _covering(node, p).reads.add(p)
 
     # -- the forward passes ---------------------------------------------------------------------
-    def _read_trees(self, trees: list[_Tree], encs: Sequence[Encoded],
-                    out: list[list[float | None] | None]) -> None:
-        """Every tree in one row (or a few, :func:`prmkit.models.treepass.split_rows`) of a
-        tree-attention pass: the nodes' own ids, then each solution's ids after its node's."""
-        rows = [row for t in trees for row in self._rows(t, encs)]
-        rows = [([o for k in b for o in rows[k][0]], joined([rows[k][1] for k in b]))
-                for b in share_rows([r for _, r in rows], self.row_tokens)]
-        size = {id(r): sum(len(s.ids) for s in r[1]) for r in rows}
-        for batch in self._batches(rows, lambda r: 0, lambda r: size[id(r)]):
-            res = tree_forward(self.prm, [row for _, row in batch])
-            self._count(res.real, res.computed)
-            for (owned, row), probs in zip(batch, res.probs):
-                for owner, seg, p in zip(owned, row, probs):   # a row's nodes before its leaves
-                    if isinstance(owner, _Node):
-                        owner.probs = dict(zip(seg.reads, p))
-                    else:
-                        self._finish(owner, encs[owner.i], p, out)
+    def _groups(self, problems: Sequence[str], groups: Sequence[Hashable | None],
+                encs: Sequence[Encoded]) -> tuple[list[list[int]], list[int]]:
+        """The groups of two or more solutions with ids (same group, same problem), and the
+        solutions read whole."""
+        by_key: dict[tuple[Hashable, str], list[int]] = {}
+        alone: list[int] = []
+        for i, (p, g) in enumerate(zip(problems, groups)):
+            if g is None or not encs[i].input_ids:
+                alone.append(i)
+            else:
+                by_key.setdefault((g, p), []).append(i)
+        members = [m for m in by_key.values() if len(m) > 1]
+        alone += [i for m in by_key.values() if len(m) == 1 for i in m]
+        return members, sorted(alone)
 
-    def _rows(self, t: _Tree, encs: Sequence[Encoded]) -> list[tuple[list[Any], list[Segment]]]:
-        """A tree's rows: the nodes and leaves each holds, and their segments."""
-        owners: list[Any] = list(t.nodes) + list(t.leaves)
-        at = {id(n): k for k, n in enumerate(t.nodes)}
-        segs = [Segment(n.ids[n.past:], n.past, at[id(n.parent)] if n.parent else None,
-                        sorted(n.reads)) for n in t.nodes]
-        segs += [Segment(encs[x.i].input_ids[x.past:], x.past, at[id(x.node)],
-                         [p for p in encs[x.i].read_positions if p >= x.past]) for x in t.leaves]
-        cap = max(self.row_tokens, max(len(encs[x.i].input_ids) for x in t.leaves))
-        return [([owners[k] for k in taken], row) for taken, row in split_rows(segs, cap)]
+    def _token_rows(self, members: list[list[int]], encs: Sequence[Encoded],
+                    ) -> tuple[list[tuple[list[tuple[int, int]], list[Segment], int]],
+                               list[list[list[int]]]]:
+        """Each group's token tree (:func:`prmkit.models.treepass.token_tree`) in rows of at
+        most ``row_tokens`` tokens (a group's longest solution, when longer), laid end to end in
+        shared rows: per shared row, the (group, segment) of each of its segments, the segments
+        and its size; per group, the segment holding each read of each solution."""
+        rows: list[tuple[list[tuple[int, int]], list[Segment]]] = []
+        holders = []
+        for t, group in enumerate(members):
+            segs, held = token_tree([encs[i].input_ids for i in group],
+                                    [encs[i].read_positions for i in group])
+            holders.append(held)
+            cap = max(self.row_tokens, max(len(encs[i].input_ids) for i in group))
+            rows += [([(t, k) for k in taken], row) for taken, row in split_rows(segs, cap)]
+        out = []
+        for b in share_rows([row for _, row in rows], self.row_tokens):
+            row = joined([rows[k][1] for k in b])
+            out.append(([o for k in b for o in rows[k][0]], row, sum(len(s.ids) for s in row)))
+        return out, holders
+
+    def _read_token_trees(self, members: list[list[int]], encs: Sequence[Encoded],
+                          out: list[list[float | None] | None]) -> None:
+        """Every group's token tree in rows of tree-attention passes (module docstring); each
+        solution's scores from the segments that hold its reads."""
+        rows, holders = self._token_rows(members, encs)
+        read: dict[tuple[int, int], dict[int, float]] = {}
+        for batch in self._batches(rows, lambda r: 0, lambda r: r[2]):
+            res = tree_forward(self.prm, [row for _, row, _ in batch])
+            self._count(res.real, res.computed)
+            for (owned, row, _), probs in zip(batch, res.probs):
+                for owner, seg, p in zip(owned, row, probs):   # the first row's, if repeated
+                    read.setdefault(owner, dict(zip(seg.reads, p)))
+        for t, group in enumerate(members):
+            for i, held in zip(group, holders[t]):
+                scores: list[float | None] = [read[(t, k)][p]
+                                              for k, p in zip(held, encs[i].read_positions)]
+                out[i] = scores + [None] * (encs[i].n_steps - len(scores))
+                self.stats.candidates += 1
 
     def _finish(self, leaf: _Leaf, enc: Encoded, after: list[float],
                 out: list[list[float | None] | None]) -> None:

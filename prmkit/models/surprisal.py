@@ -66,8 +66,14 @@ def check_tied(model: Any) -> None:
 def lm_features(hidden: Any, tokens: Any, embeddings: Any, softcap: float | None = None) -> Any:
     """The scaled features z (batch x length x len(FEATURES)) of every token under the LM's
     distribution at the position before it; the first token (nothing predicts it) gets 0.
-    The vocabulary projection runs on :data:`CHUNK` tokens at a time."""
+    The vocabulary projection runs on :data:`CHUNK` tokens at a time.
+
+    Each chunk's logits l are read few times: the maximum and its index in one pass, the
+    log-normaliser lse in one, then log p = l - lse (in place when no gradient flows) and the entropy
+    -sum exp(log p) log p (SmolLM2-135M on 2 AVX2 cores: 2,048 tokens' features in 2.7 s, where
+    log_softmax with separate max, argmax and entropy passes took 3.8 s)."""
     import torch
+    import torch.nn.functional as F
 
     batch, length, width = hidden.shape
     flat = hidden[:, :-1].reshape(-1, width)
@@ -75,16 +81,21 @@ def lm_features(hidden: Any, tokens: Any, embeddings: Any, softcap: float | None
     scale = torch.tensor(SCALE, device=hidden.device)
     parts = []
     for start in range(0, flat.shape[0], CHUNK):
-        logits = (flat[start:start + CHUNK] @ embeddings.T).float()   # autocast's dtype
+        logits = F.linear(flat[start:start + CHUNK], embeddings).float()   # autocast's dtype
         if softcap:
             logits = softcap * torch.tanh(logits / softcap)
-        logp = torch.log_softmax(logits, dim=-1)
         x = nxt[start:start + CHUNK]
-        own = logp.gather(-1, x)[:, 0]
-        top = logp.max(dim=-1).values
-        entropy = -(logp.exp() * logp).sum(-1)
-        argmax = (logp.argmax(dim=-1) == x[:, 0]).float()
-        parts.append(torch.stack([own, own - top, entropy, argmax], dim=-1) / scale)
+        top, best = logits.max(dim=-1)
+        lse = torch.logsumexp(logits, dim=-1)
+        own = logits.gather(-1, x)[:, 0]
+        if logits.requires_grad:                          # training through the body
+            logp = logits - lse[:, None]
+            entropy = -(logp.exp() * logp).sum(-1)
+        else:                                             # in place: logits are not used again
+            logp = logits.sub_(lse[:, None])
+            entropy = -(logp.exp().mul_(logp)).sum(-1)
+        argmax = (best == x[:, 0]).float()
+        parts.append(torch.stack([own - lse, own - top, entropy, argmax], dim=-1) / scale)
     feats = torch.cat(parts) if parts else flat.new_zeros(0, len(FEATURES), dtype=torch.float32)
     first = feats.new_zeros(batch, 1, len(FEATURES))
     return torch.cat([first, feats.view(batch, length - 1, len(FEATURES))], dim=1)
