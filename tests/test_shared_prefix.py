@@ -332,3 +332,56 @@ def test_eval_bestofn_scores_with_a_model_on_shared_prefixes(tmp_path, capsys):
     sharing = shared["scored_by"]["prefix_sharing"]
     assert sharing["groups"] == 3 and 0 < sharing["computed"] < sharing["plain"]
     assert "prefix_sharing" not in plain["scored_by"]
+
+
+# ---------------------------------------------------------------------------------------------
+# a companion: a second head on the same body, read in the first one's pass
+
+
+def companion_of(model, seed=1):
+    """A class-head model on ``model``'s body: the same body weights, its own random head."""
+    import copy
+
+    import torch
+    from transformers import LlamaForTokenClassification
+
+    torch.manual_seed(seed)
+    other = LlamaForTokenClassification(tiny.llama_config(num_labels=2, initializer_range=0.2)).eval()
+    other.model = copy.deepcopy(model.model)
+    return other
+
+
+@pytest.mark.parametrize("head", ["classes", "surprisal"])
+def test_a_companion_on_the_same_body_is_read_in_the_same_pass(head):
+    """The demo's case (a surprisal PRM and a class-head ORM on one frozen base) and two class
+    heads: each model's scores equal its own one-pass scoring, for the tokens of one pass."""
+    from test_surprisal import tied_pair
+
+    from prmkit.models.load import wrap_model
+    from prmkit.models.shared import score_shared_pair
+    from prmkit.train.common import training_format
+
+    if head == "surprisal":
+        prm = wrap_model(tied_pair(5)[0], tiny.tokenizer(), training_format("prmkit", "surprisal"), F32)
+    else:
+        prm = HFPRM(sharp("classes"), tiny.tokenizer(), PRESETS["prmkit"], F32)
+    orm = HFPRM(companion_of(prm.model), tiny.tokenizer(), PRESETS["prmkit"], F32)
+    problems, steps, groups = split()
+    stats = ShareStats()
+    mine, theirs = score_shared_pair(prm, orm, problems, steps, groups, stats)
+    for got, model in ((mine, prm), (theirs, orm)):
+        for a, b in zip(got, model.score(problems, steps)):
+            assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
+    flat = [x for row in theirs for x in row]
+    assert max(flat) - min(flat) > 0.01       # 100 times the tolerance: a wrong read shows
+    assert stats.computed == expected_trie_tokens(prm)[1]    # one pass: the tree's tokens once
+    # another body: each is read in its own passes, still right
+    import torch
+
+    with torch.no_grad():
+        orm.model.model.layers[0].mlp.up_proj.weight.add_(0.01)
+    apart = ShareStats()
+    _, theirs = score_shared_pair(prm, orm, problems, steps, groups, apart)
+    for a, b in zip(theirs, orm.score(problems, steps)):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
+    assert apart.computed == 2 * stats.computed

@@ -61,7 +61,8 @@ from prmkit.train.common import HEADS
 # 7: the ORM is Let's Verify's, a class head read at the last step (--orm-recipe class);
 # bfloat16 only where the CPU has it natively (2026-12-02). 8: beam search at B=8 against
 # best-of-32, on every test problem (2026-12-02). 9: best-of-4B's further samples drawn in stage
-# 1 and read by the PRM in the same shared-prefix pass as the test candidates (2026-12-02).
+# 1 and read by the PRM in the same shared-prefix pass as the test candidates, the ORM in the
+# PRM's passes (2026-12-02).
 STAGES_VERSION = 9
 ORM_RECIPES = ("class", "prm", "own")
 
@@ -368,33 +369,44 @@ def _score(world: World, prm: Any, orm: Any, out: str) -> list[Record]:
     """4. the test candidates' step scores by the PRM and the ORM. The PRM reads best-of-4B's
     further samples of a problem in the same pass as its test candidates (one tree of shared
     prefixes per problem: they share its prompt and often their first steps); those scores go to
-    ``search_scored.jsonl``, written before this stage's own file."""
+    ``search_scored.jsonl``, written before this stage's own file. An ORM that is a class head
+    on the PRM's frozen body (the default recipe) is read in the PRM's passes
+    (:mod:`prmkit.models.companion`); another is read on its own, on the test candidates."""
+    from prmkit.models.companion import companion_blocker
+
     by_group: dict[str, list[Record]] = {}
     for r in world.test + world.more:
         by_group.setdefault(r.group, []).append(r)
     both = [r for rs in by_group.values() for r in rs]
-    scores = dict(zip((r.id for r in both), _score_with(prm, both, "PRM")))
+    if companion_blocker(prm, orm) is None:
+        mine, theirs = _score_with(prm, both, "PRM and the ORM (one pass)", also=orm)
+        orm_steps = dict(zip((r.id for r in both), theirs))
+    else:
+        mine = _score_with(prm, both, "PRM")[0]
+        orm_steps = dict(zip((r.id for r in world.test), _score_with(orm, world.test, "ORM")[0]))
+    scores = dict(zip((r.id for r in both), mine))
     write_records(os.path.join(out, "search_scored.jsonl"),
                   [Record(**{**r.to_dict(), "step_scores": scores[r.id]}) for r in world.more])
-    orm_steps = _score_with(orm, world.test, "ORM")   # its last step is the outcome score
     scored = []
-    for r, o in zip(world.test, orm_steps):
-        g = world.gold[r.id]
+    for r in world.test:
+        g, o = world.gold[r.id], orm_steps[r.id]     # the ORM's last step is the outcome score
         scored.append(Record(**{**r.to_dict(), "step_scores": scores[r.id], "labels": g.labels,
                                 "first_error": g.first_error,
                                 "meta": {**r.meta, "outcome_score": o[-1], "orm_step_scores": o}}))
     return scored
 
 
-def _score_with(model: Any, test: Sequence[Record], name: str,
-                chunk: int = 64) -> list[list[float | None]]:
+def _score_with(model: Any, test: Sequence[Record], name: str, also: Any = None, chunk: int = 64,
+                ) -> tuple[list[list[float | None]], list[list[float | None]]]:
     """Step scores of the test candidates, a chunk of whole groups at a time (progress lines
-    off a terminal). The candidates of a problem share its prompt (and often leading steps):
-    each shared prefix is read once (prmkit.models.shared), the scores as one-pass scoring's."""
-    from prmkit.models.shared import score_shared
+    off a terminal), and those of the companion ``also`` (empty without one). The candidates
+    of a problem share its prompt (and often leading steps): each shared prefix is read once
+    (prmkit.models.shared), the scores as one-pass scoring's."""
+    from prmkit.models.shared import score_shared, score_shared_pair
     from prmkit.progress import progress
 
     out: list[list[float | None]] = []
+    theirs: list[list[float | None]] = []
     with progress(total=len(test), desc=f"demo: scoring with the {name}", unit="rec") as bar:
         start = 0
         while start < len(test):
@@ -402,11 +414,15 @@ def _score_with(model: Any, test: Sequence[Record], name: str,
             while end < len(test) and test[end].group == test[end - 1].group:
                 end += 1                          # a chunk never splits a group
             part = test[start:end]
-            out += score_shared(model, [r.problem for r in part], [r.steps for r in part],
-                                [r.group for r in part])
+            args = ([r.problem for r in part], [r.steps for r in part], [r.group for r in part])
+            if also is None:
+                out += score_shared(model, *args)
+            else:
+                a, b = score_shared_pair(model, also, *args)
+                out, theirs = out + a, theirs + b
             bar.update(len(part))
             start = end
-    return out
+    return out, theirs
 
 
 def _search(config: DemoConfig, world: World, prm: Any, scored: Sequence[Record]) -> dict[str, Any]:

@@ -74,7 +74,7 @@ from prmkit.models.treepass import (ROW_TOKENS, Segment, joined, pack_blocker, s
 from prmkit.stepformat import Encoded
 
 __all__ = ["SharedPrefixScorer", "ShareStats", "can_share", "group_prefix", "has_groups",
-           "score_by_problem", "score_shared"]
+           "score_by_problem", "score_shared", "score_shared_pair"]
 
 
 def can_share(prm: Any) -> bool:
@@ -105,6 +105,31 @@ def score_shared(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str
         return _plain(prm, list(range(len(problems))), problems, steps, stats,
                       [None] * len(problems), count_plain=True)
     return SharedPrefixScorer(prm, stats).score(problems, steps, groups)
+
+
+def score_shared_pair(prm: Any, other: Any, problems: Sequence[str],
+                      steps: Sequence[Sequence[str]], groups: Sequence[Hashable | None],
+                      stats: ShareStats | None = None,
+                      ) -> tuple[list[list[float | None]], list[list[float | None]]]:
+    """:func:`score_shared` of ``prm`` and of ``other``, a companion on the same body
+    (:mod:`prmkit.models.companion`: a PRM and an ORM trained as heads on one frozen base), in
+    one tree pass: ``other``'s scores for the cost of its head. Where that cannot hold (another
+    body, another head, other ids or read positions for some solution, or a model that reads no
+    tree in one pass) each is scored on its own."""
+    from prmkit.models.companion import companion_blocker
+
+    stats = stats if stats is not None else ShareStats()
+    if can_share(prm) and pack_blocker(prm) is None and companion_blocker(prm, other) is None \
+            and all(_same_reads(prm.encode(p, s), other.encode(p, s))
+                    for p, s in zip(problems, steps)):
+        scorer = SharedPrefixScorer(prm, stats, also=other)
+        return scorer.score(problems, steps, groups), scorer.also_scores
+    return (score_shared(prm, problems, steps, groups, stats),
+            score_shared(other, problems, steps, groups, stats))
+
+
+def _same_reads(a: Encoded, b: Encoded) -> bool:
+    return list(a.input_ids) == list(b.input_ids) and list(a.read_positions) == list(b.read_positions)
 
 
 def score_by_problem(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str]],
@@ -150,7 +175,7 @@ class _Tree:
 class SharedPrefixScorer:
     """Scores groups of solutions on their shared prefixes (see the module docstring)."""
 
-    def __init__(self, prm: Any, stats: ShareStats | None = None):
+    def __init__(self, prm: Any, stats: ShareStats | None = None, also: Any = None):
         why = reuse_blocker(prm, carries_hazard=True)
         if why is not None:
             raise PrmkitError(f"this PRM cannot share a prefix's key-value cache: {why}")
@@ -160,6 +185,10 @@ class SharedPrefixScorer:
         self.budget = max(1024, prm.config.token_budget // 4)
         self.packed = pack_blocker(prm) is None   # a tree in one pass, else a depth at a time
         self.row_tokens = ROW_TOKENS
+        # a companion read in the same passes (score_shared_pair checks it may be), its scores
+        self.also, self.also_scores = also, []
+        if also is not None and not self.packed:
+            raise PrmkitError("a companion head is read in tree passes only")
 
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
               groups: Sequence[Hashable | None]) -> list[list[float | None]]:
@@ -169,10 +198,14 @@ class SharedPrefixScorer:
         out: list[list[float | None] | None] = [None] * len(problems)
         if self.packed:
             members, alone = self._groups(problems, groups, encs)
+            theirs: list[list[float | None] | None] = [None] * len(problems)
             if alone:
                 _plain(prm, alone, problems, steps, stats, out, count_plain=False)
+                if self.also is not None:
+                    _plain(self.also, alone, problems, steps, ShareStats(), theirs, False)
             stats.groups += len(members)
-            self._read_token_trees(members, encs, out)
+            self._read_token_trees(members, encs, out, theirs)
+            self.also_scores = [row if row is not None else [] for row in theirs]
             return [row if row is not None else [] for row in out]
         trees, alone = self._trees(problems, steps, groups, encs)
         if alone:
@@ -322,22 +355,29 @@ class SharedPrefixScorer:
         return out, holders
 
     def _read_token_trees(self, members: list[list[int]], encs: Sequence[Encoded],
-                          out: list[list[float | None] | None]) -> None:
+                          out: list[list[float | None] | None],
+                          theirs: list[list[float | None] | None]) -> None:
         """Every group's token tree in rows of tree-attention passes (module docstring); each
-        solution's scores from the segments that hold its reads."""
+        solution's scores from the segments that hold its reads (and the companion's into
+        ``theirs``)."""
         rows, holders = self._token_rows(members, encs)
         read: dict[tuple[int, int], dict[int, float]] = {}
+        also: dict[tuple[int, int], dict[int, float]] = {}
         for batch in self._batches(rows, lambda r: 0, lambda r: r[2]):
-            res = tree_forward(self.prm, [row for _, row, _ in batch])
+            res = tree_forward(self.prm, [row for _, row, _ in batch], self.also)
             self._count(res.real, res.computed)
-            for (owned, row, _), probs in zip(batch, res.probs):
-                for owner, seg, p in zip(owned, row, probs):   # the first row's, if repeated
-                    read.setdefault(owner, dict(zip(seg.reads, p)))
+            for b, (owned, row, _) in enumerate(batch):
+                for k, (owner, seg) in enumerate(zip(owned, row)):   # the first row's, if repeated
+                    read.setdefault(owner, dict(zip(seg.reads, res.probs[b][k])))
+                    if res.also is not None:
+                        also.setdefault(owner, dict(zip(seg.reads, res.also[b][k])))
         for t, group in enumerate(members):
             for i, held in zip(group, holders[t]):
-                scores: list[float | None] = [read[(t, k)][p]
-                                              for k, p in zip(held, encs[i].read_positions)]
-                out[i] = scores + [None] * (encs[i].n_steps - len(scores))
+                pad: list[float | None] = [None] * (encs[i].n_steps - len(held))
+                where = list(zip(held, encs[i].read_positions))
+                out[i] = [read[(t, k)][p] for k, p in where] + pad
+                if self.also is not None:
+                    theirs[i] = [also[(t, k)][p] for k, p in where] + pad
                 self.stats.candidates += 1
 
     def _finish(self, leaf: _Leaf, enc: Encoded, after: list[float],

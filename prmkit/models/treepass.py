@@ -43,6 +43,7 @@ no mask). Otherwise :mod:`prmkit.models.shared` reads the tree a depth at a time
 from __future__ import annotations
 
 import inspect
+from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Sequence
@@ -71,6 +72,7 @@ class TreePass:
     probs: list[list[list[float]]]   # [row][segment] one probability per read, in order
     real: int                        # tokens fed, padding excluded
     computed: int                    # rows x width
+    also: list[list[list[float]]] | None = None   # a companion head's, the same way
 
 
 def pack_blocker(prm: Any) -> str | None:
@@ -250,10 +252,14 @@ def tree_inputs(rows: Sequence[Sequence[Segment]], pad_id: int) -> tuple[Any, An
     return ids, positions, mask.unsqueeze(1), offsets
 
 
-def tree_forward(prm: Any, rows: Sequence[Sequence[Segment]]) -> TreePass:
+def tree_forward(prm: Any, rows: Sequence[Sequence[Segment]], also: Any = None) -> TreePass:
     """One forward pass of ``prm`` (an HFPRM, :func:`pack_blocker` None) over ``rows``, each the
-    segments of a tree laid end to end under the tree's attention mask (module docstring)."""
+    segments of a tree laid end to end under the tree's attention mask (module docstring).
+    ``also``: a companion on the same body (:mod:`prmkit.models.companion`), read at the same
+    positions from this pass's hidden states."""
     import torch
+
+    from prmkit.models.companion import caught_hidden, companion_probs
 
     ids, positions, mask, offsets = tree_inputs(rows, prm.pad_id)
     r: list[int] = []
@@ -269,7 +275,8 @@ def tree_forward(prm: Any, rows: Sequence[Sequence[Segment]]) -> TreePass:
     device = prm.device
     rr = torch.tensor(r, dtype=torch.long, device=device)
     cc = torch.tensor(c, dtype=torch.long, device=device)
-    with torch.inference_mode():
+    catch = caught_hidden(prm.model) if also is not None else nullcontext([])
+    with torch.inference_mode(), catch as hidden:
         if prm.format.hazard:
             log_s = tree_survival(prm, rows, ids.to(device), mask.to(device), positions.to(device))
             flat = log_s[rr, cc].clamp(max=-1e-6).exp().cpu().tolist() if c else []
@@ -277,13 +284,20 @@ def tree_forward(prm: Any, rows: Sequence[Sequence[Segment]]) -> TreePass:
             logits = prm.reader.logits(ids.to(device), mask.to(device), rr, cc,
                                        positions=positions.to(device))
             flat = prm.reader.probabilities(logits).float().cpu().tolist() if c else []
-    probs, at = [], 0
+        more = companion_probs(also, hidden[-1][rr, cc]) if also is not None and c else []
+    return TreePass(by_segment(rows, flat), sum(o[-1] for o in offsets), len(rows) * ids.shape[1],
+                    by_segment(rows, more) if also is not None else None)
+
+
+def by_segment(rows: Sequence[Sequence[Segment]], flat: Sequence[float]) -> list[list[list[float]]]:
+    """Values in read order (row by row, segment by segment) as [row][segment][read]."""
+    out, at = [], 0
     for row in rows:
-        probs.append([])
+        out.append([])
         for seg in row:
-            probs[-1].append(flat[at:at + len(seg.reads)])
+            out[-1].append(list(flat[at:at + len(seg.reads)]))
             at += len(seg.reads)
-    return TreePass(probs, sum(o[-1] for o in offsets), len(rows) * ids.shape[1])
+    return out
 
 
 def path_before(row: Sequence[Segment]) -> list[int | None]:

@@ -11,9 +11,12 @@ head alone) the stored states are the body's final output and an epoch costs onl
 
 The frozen layers' outputs are read from a whole forward (``output_hidden_states``), which
 costs k / L more than the frozen layers alone and needs nothing of the model's internals.
-The cached forward checks itself against the uncached one on the first batch, in float32: the
-step logits must agree within ``TOLERANCE``, or training stops with an error naming the model
-class (a model that adds position embeddings to ``inputs_embeds``, as GPT-2 does, fails here).
+Where the model's attention takes a custom mask, that forward reads the training sequences as
+one tree of their token ids, each distinct prefix once (:meth:`FrozenLayers.tree_hidden`).
+The cached forward checks itself against the uncached one on the first batch (its first
+``CHECKED`` sequences), in float32: the step logits must agree within ``TOLERANCE``, or
+training stops with an error naming the model class (a model that adds position embeddings
+to ``inputs_embeds``, as GPT-2 does, fails here).
 Dev sequences (``--eval-data``) go through the same pass, so validation runs only the top
 (:meth:`CachedSteps.probabilities`): with the head alone, an epoch's validation costs the head's
 arithmetic instead of a full forward of the dev set in float32.
@@ -40,6 +43,10 @@ from prmkit.train.common import read_index, read_logits
 from prmkit.train.loop import Example, transformer_layers
 
 TOLERANCE = 1e-4
+# Sequences of the first batch the check reads: two forwards of a whole batch of 4,096 tokens
+# cost SmolLM2-135M about 36 s here, a fifth of the lab demo's training; a model whose cached
+# forward is wrong (GPT-2's position embeddings) is wrong on every sequence.
+CHECKED = 2
 
 
 class FrozenLayers:
@@ -289,7 +296,7 @@ class CachedSteps:
         calls it before its first step; the first call of the objective does otherwise."""
         if self.checked:
             return
-        self.check(exs, device)
+        self.check(exs[:CHECKED], device)
         self.frozen.build(self.examples, self.budget, self.objective.pad, device, self.autocast)
         self.stored.clear()   # made from the check's states; the built ones replace them
         self.fill(device)
@@ -303,11 +310,13 @@ class CachedSteps:
         surprisal = self.objective.reader.surprisal
         if surprisal is None or self.frozen.k:
             return None
-        for e in exs:
-            if id(e) not in self.stored:
-                with torch.no_grad(), torch.autocast(device.type, enabled=False):
-                    ids = torch.tensor([e.input_ids], device=device)
-                    self.stored[id(e)] = surprisal.features(self.frozen.hidden[id(e)][None], ids)[0]
+        missing = list({id(e): e for e in exs if id(e) not in self.stored}.values())
+        if missing:     # in one batch, right-padded: a token's features read only what precedes it
+            with torch.no_grad(), torch.autocast(device.type, enabled=False):
+                feats = surprisal.features(self.frozen.embeds(missing, device),
+                                           self.tokens(missing, device))
+            for b, e in enumerate(missing):
+                self.stored[id(e)] = feats[b, :len(e.input_ids)].clone()
         width = max(len(e.input_ids) for e in exs)
         out = torch.zeros(len(exs), width, self.stored[id(exs[0])].shape[-1], device=device)
         for b, e in enumerate(exs):
@@ -316,21 +325,27 @@ class CachedSteps:
 
     def fill(self, device: Any) -> None:
         """Every sequence's LM features now (a surprisal head alone; from the store where it
-        has them), then the store written (:meth:`FrozenLayers.flush`)."""
+        has them), then the store written (:meth:`FrozenLayers.flush`). The sequences the store
+        lacks go through the vocabulary projection in batches of the token budget, each
+        distinct one once (one at a time, seed 0's lab training set took 108 s here)."""
         if self.objective.reader.surprisal is not None and not self.frozen.k:
+            from prmkit.models.reading import token_budget_batches
             from prmkit.progress import progress
 
             kept = self.frozen.kept
             keys = ["f:" + digest(e.input_ids) for e in self.examples]
+            todo = list({k: e for e, k in zip(self.examples, keys) if k not in kept}.items())
+            batches = token_budget_batches([len(e.input_ids) for _, e in todo], self.budget)
             # one vocabulary projection per token, in float32: minutes for a large set
-            bar = progress(list(zip(self.examples, keys)), desc="LM features", unit="seq",
-                           disable=True if all(k in kept for k in keys) else None)
-            for e, key in bar:
-                if key in kept:
-                    self.stored[id(e)] = kept[key]
-                else:
-                    self.features([e], device)
-                    kept[key], self.frozen.dirty = self.stored[id(e)], True
+            for batch in progress(batches, desc="LM features", unit="batch",
+                                  disable=True if not todo else None):
+                exs = [todo[i][1] for i in batch]
+                self.features(exs, device)               # stored per sequence
+                for i in batch:
+                    kept[todo[i][0]] = self.stored[id(todo[i][1])]
+                self.frozen.dirty = True
+            for e, key in zip(self.examples, keys):
+                self.stored[id(e)] = kept[key]
         self.frozen.flush(self.autocast)
 
     def probabilities(self, exs: Sequence[Example], device: Any) -> list[list[float]]:

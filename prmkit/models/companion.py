@@ -1,0 +1,77 @@
+"""A companion head: a second model that is the same frozen body under another head, read in
+the first model's forward pass.
+
+The lab demo trains a PRM and an ORM as heads on one frozen base (``--last-k 0``): every weight
+below the heads is the base's, in both. Scoring the same candidates with both then runs that
+body twice over the same tokens. Here the PRM's pass (:func:`prmkit.models.treepass.tree_forward`)
+catches the body's final hidden states on their way to its head and puts the companion's head on
+them at the read positions: the companion's step scores for the cost of its head.
+
+It is exact when the companion reads a plain class head at the same positions of the same ids:
+its forward is ``head(body(ids))`` with the same body, so its logits at a read are its head on
+the hidden state the PRM's body gave there. :func:`companion_blocker` checks what it can before a
+pass (the body's weights equal, tensor for tensor; a class head; the same step format of ids),
+and a scorer checks every candidate's ids and read positions under both formats.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+
+def backbone(model: Any) -> Any:
+    """The model's body: what its task head sits on."""
+    return getattr(model, getattr(model, "base_model_prefix", "model"), None)
+
+
+def head_of(model: Any) -> Any:
+    """A token-classification model's head module (``score``, ``classifier``), or None."""
+    for name in ("score", "classifier"):
+        if isinstance(getattr(model, name, None), __import__("torch").nn.Module):
+            return getattr(model, name)
+    return None
+
+
+def companion_blocker(prm: Any, other: Any) -> str | None:
+    """Why ``other`` cannot be read in ``prm``'s pass, or None: both HF PRMs, ``other`` a plain
+    class head (no hazard, no label tokens), on a body whose weights are ``prm``'s own."""
+    import torch
+
+    if not all(hasattr(m, "model") and hasattr(m, "format") for m in (prm, other)):
+        return "both must be Hugging Face PRMs"
+    if other.format.reading != "classes" or other.format.hazard:
+        return "the companion must read a class head at each step"
+    if head_of(other.model) is None:
+        return f"{type(other.model).__name__} has no score or classifier head"
+    mine, theirs = backbone(prm.model), backbone(other.model)
+    if mine is None or theirs is None:
+        return "a model without a body (base_model_prefix)"
+    a, b = dict(mine.named_parameters()), dict(theirs.named_parameters())
+    if a.keys() != b.keys() or any(a[k].shape != b[k].shape or not torch.equal(a[k], b[k])
+                                   for k in a):
+        return "the two bodies' weights differ"
+    if other.max_length != prm.max_length:
+        return "the two read different lengths"
+    return None
+
+
+@contextmanager
+def caught_hidden(model: Any) -> Iterator[list[Any]]:
+    """The body's final hidden states of the forwards inside the block (a list, filled)."""
+    caught: list[Any] = []
+    hook = backbone(model).register_forward_hook(
+        lambda _m, _i, out: caught.append(out.last_hidden_state if hasattr(out, "last_hidden_state")
+                                          else out[0]))
+    try:
+        yield caught
+    finally:
+        hook.remove()
+
+
+def companion_probs(other: Any, hidden: Any) -> list[float]:
+    """``other``'s P(step is correct) from the body's final hidden states at its reads
+    (reads x hidden)."""
+    head = head_of(other.model)
+    logits = head(hidden.to(head.weight.dtype))
+    return other.reader.probabilities(logits).float().cpu().tolist()
