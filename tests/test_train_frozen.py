@@ -109,3 +109,32 @@ def test_repeated_sequences_are_read_once_and_train_as_uncached(tiny_base, tmp_p
     for a, b in zip(plain, cached):
         assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
     assert max(float((w_plain[k] - w_cached[k]).abs().max()) for k in w_plain) <= 1e-5
+
+
+def test_the_token_tree_pass_gives_each_sequence_its_own_states_and_lm_features():
+    """The frozen pass over sequences that share prefixes (a common start, a branch inside a
+    step, a sequence that is a prefix of another, a twin) gives each the final states and the
+    surprisal head's LM features of its plain forward, alone; tree attention, float32."""
+    import torch
+    from test_surprisal import tied_pair
+
+    from prmkit.models.surprisal import Surprisal
+    from prmkit.train.frozen import FrozenLayers
+    from prmkit.train.loop import Example
+
+    model = tied_pair(3)[0]
+    seqs = [[5, 6, 7, 8, 9, 10], [5, 6, 7, 11, 12], [5, 6, 7, 8], [5, 6, 7, 8, 9, 10],
+            [5, 13, 14, 15, 16, 17, 18, 19], [20, 21]]
+    examples = [Example(list(s), [len(s) - 1], [1.0]) for s in seqs]
+    frozen = FrozenLayers(model, 0)
+    frozen.lm = Surprisal(model)
+    device = torch.device("cpu")
+    frozen.build(examples, 4096, 0, device, autocast=False)
+    assert set(frozen.feats) == {id(e) for e in examples}
+    for e in examples:
+        plain = frozen.bottom_hidden([e], 0, device)[0]
+        assert torch.allclose(frozen.hidden[id(e)], plain, atol=1e-5)
+        with torch.no_grad():
+            want = frozen.lm.features(plain[None], torch.tensor([e.input_ids]))[0]
+        assert torch.allclose(frozen.feats[id(e)], want, atol=1e-5)
+        assert float(want[1:].abs().sum()) > 0      # features that a wrong read would change

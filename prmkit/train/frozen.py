@@ -65,6 +65,10 @@ class FrozenLayers:
         self.all = layers
         self.k = last_k
         self.hidden: dict[int, Any] = {}
+        # a surprisal head alone (k = 0): its LM (prmkit.models.surprisal.Surprisal), and each
+        # sequence's LM features where the tree pass computed them (CachedSteps.fill)
+        self.lm: Any = None
+        self.feats: dict[int, Any] = {}
         if last_k == 0 and not hasattr(self.base, "norm"):
             raise PrmkitError(f"--cache-frozen with --last-k 0: {type(model).__name__} keeps its "
                               f"final norm elsewhere than .norm; train without --cache-frozen")
@@ -141,6 +145,8 @@ class FrozenLayers:
             self.kept[key] = self.hidden[id(e)]
         for e, twin in twins:
             self.hidden[id(e)] = self.hidden[id(twin)]
+            if id(twin) in self.feats:
+                self.feats[id(e)] = self.feats[id(twin)]
         self.dirty = bool(todo)
 
     def tree_hidden(self, seqs: Sequence[Example], budget: int, pad: int, device: Any) -> bool:
@@ -177,20 +183,24 @@ class FrozenLayers:
                 out = self.base(input_ids=x.to(device), attention_mask=mask.to(device),
                                 position_ids=positions.to(device), output_hidden_states=bool(self.k))
             h = out.hidden_states[len(self.all) - self.k] if self.k else out.last_hidden_state
+            feats = self.tree_features(part, x.to(device), h) if self.lm is not None and not self.k \
+                else [None] * len(part)
             for b, row in enumerate(part):
-                done[start + b] = (h[b].float(), row, offsets[b])
+                done[start + b] = (h[b].float(), row, offsets[b], feats[b])
         total = sum(sum(len(s.ids) for s in row) for _, row in rows)
         print(f"frozen layers: {len(seqs)} sequences ({sum(map(len, ids))} tokens) read as a "
               f"token tree: {total} tokens in {len(rows)} rows", file=sys.stderr)
         for e, x, end in zip(seqs, ids, ends):
             r, local = home[end[0]]
-            h, row, at = done[r]
+            h, row, at, feats = done[r]
             path = []
             while local is not None:
                 path.append(local)
                 local = row[local].parent
             index = [at[j] + t for j in reversed(path) for t in range(len(row[j].ids))]
             self.hidden[id(e)] = h[torch.tensor(index, device=h.device)]
+            if feats is not None:
+                self.feats[id(e)] = feats[torch.tensor(index, device=h.device)]
         plain = self.bottom_hidden(seqs[:1], pad, device)[0]
         gap = float((plain - self.hidden[id(seqs[0])]).abs().max())
         # relative: bfloat16 (autocast) rounds each pass its own way; a wrong mask or position
@@ -201,6 +211,33 @@ class FrozenLayers:
                               f"as a token tree differ from its plain forward by {gap:.3g}; "
                               f"train without --cache-frozen")
         return True
+
+    def tree_features(self, rows: Sequence[Any], ids: Any, hidden: Any) -> list[Any]:
+        """Per row of a tree pass, every token's LM features (width x features, float32) under
+        the distribution at the token before it on its own path (a segment's first token reads
+        its ancestor's last state; a path's first token gets 0), as one-pass features are: the
+        vocabulary projection runs once per token of the tree, not once per sequence."""
+        import torch
+
+        from prmkit.models.treepass import path_before
+
+        out = []
+        with torch.no_grad(), torch.autocast(hidden.device.type, enabled=False):
+            for b, row in enumerate(rows):
+                n = sum(len(s.ids) for s in row)
+                prev = torch.arange(-1, n - 1, device=hidden.device)
+                at = 0
+                for seg, before in zip(row, path_before(row)):
+                    if seg.ids:
+                        prev[at] = -1 if before is None else before
+                    at += len(seg.ids)
+                h = hidden[b, :n].float()
+                pairs = torch.stack([h[prev.clamp(min=0)], h], dim=1)        # n x 2 x width
+                tokens = torch.stack([ids[b, :n], ids[b, :n]], dim=1)
+                feats = self.lm.features(pairs, tokens)[:, 1]
+                feats[prev < 0] = 0.0
+                out.append(feats)
+        return out
 
     def store_file(self, autocast: bool) -> str:
         """The store's file for these frozen weights, this k and this dtype (the weights'
@@ -297,6 +334,8 @@ class CachedSteps:
         if self.checked:
             return
         self.check(exs[:CHECKED], device)
+        if not self.frozen.k:
+            self.frozen.lm = self.objective.reader.surprisal
         self.frozen.build(self.examples, self.budget, self.objective.pad, device, self.autocast)
         self.stored.clear()   # made from the check's states; the built ones replace them
         self.fill(device)
@@ -334,6 +373,9 @@ class CachedSteps:
 
             kept = self.frozen.kept
             keys = ["f:" + digest(e.input_ids) for e in self.examples]
+            for e, key in zip(self.examples, keys):     # computed in the tree pass
+                if key not in kept and id(e) in self.frozen.feats:
+                    kept[key], self.frozen.dirty = self.frozen.feats[id(e)], True
             todo = list({k: e for e, k in zip(self.examples, keys) if k not in kept}.items())
             batches = token_budget_batches([len(e.input_ids) for _, e in todo], self.budget)
             # one vocabulary projection per token, in float32: minutes for a large set
