@@ -248,10 +248,9 @@ class SharedPrefixScorer:
         return plan
 
     # -- the trees: a group's prefix, and below it the steps some of its solutions share --------
-    def _trees(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
-               groups: Sequence[Hashable | None], encs: Sequence[Encoded],
-               ) -> tuple[list[_Tree], list[int]]:
-        """The trees of the groups of two or more solutions (same group, same problem), and the
+    def _groups(self, problems: Sequence[str], groups: Sequence[Hashable | None],
+                encs: Sequence[Encoded]) -> tuple[list[list[int]], list[int]]:
+        """The groups of two or more solutions with ids (same group, same problem), and the
         solutions read whole."""
         by_key: dict[tuple[Hashable, str], list[int]] = {}
         alone: list[int] = []
@@ -260,16 +259,24 @@ class SharedPrefixScorer:
                 alone.append(i)
             else:
                 by_key.setdefault((g, p), []).append(i)
+        members = [m for m in by_key.values() if len(m) > 1]
+        alone += [i for m in by_key.values() if len(m) == 1 for i in m]
+        return members, sorted(alone)
+
+    def _trees(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
+               groups: Sequence[Hashable | None], encs: Sequence[Encoded],
+               ) -> tuple[list[_Tree], list[int]]:
+        """The trees of the groups of two or more solutions (same group, same problem), and the
+        solutions read whole."""
+        members, alone = self._groups(problems, groups, encs)
         trees = []
-        for (_, problem), members in by_key.items():
-            if len(members) < 2:
-                alone.extend(members)
-                continue
-            ids = group_prefix(self.prm.bound, problem, [steps[i] for i in members],
-                               [encs[i].input_ids for i in members])
+        for group in members:
+            problem = problems[group[0]]
+            ids = group_prefix(self.prm.bound, problem, [steps[i] for i in group],
+                               [encs[i].input_ids for i in group])
             tree = _Tree(_Node(ids[:self.prm.max_length]), [], [])
             tree.nodes.append(tree.root)
-            self._grow(tree, tree.root, members, common_steps([steps[i] for i in members]),
+            self._grow(tree, tree.root, group, common_steps([steps[i] for i in group]),
                        problem, steps, encs, alone)
             if tree.leaves:
                 trees.append(tree)
@@ -318,21 +325,6 @@ class SharedPrefixScorer:
                 _covering(node, p).reads.add(p)
 
     # -- the forward passes ---------------------------------------------------------------------
-    def _groups(self, problems: Sequence[str], groups: Sequence[Hashable | None],
-                encs: Sequence[Encoded]) -> tuple[list[list[int]], list[int]]:
-        """The groups of two or more solutions with ids (same group, same problem), and the
-        solutions read whole."""
-        by_key: dict[tuple[Hashable, str], list[int]] = {}
-        alone: list[int] = []
-        for i, (p, g) in enumerate(zip(problems, groups)):
-            if g is None or not encs[i].input_ids:
-                alone.append(i)
-            else:
-                by_key.setdefault((g, p), []).append(i)
-        members = [m for m in by_key.values() if len(m) > 1]
-        alone += [i for m in by_key.values() if len(m) == 1 for i in m]
-        return members, sorted(alone)
-
     def _token_rows(self, members: list[list[int]], encs: Sequence[Encoded],
                     ) -> tuple[list[tuple[list[tuple[int, int]], list[Segment], int]],
                                list[list[list[int]]]]:
