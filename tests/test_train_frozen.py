@@ -84,7 +84,6 @@ def test_repeated_sequences_are_read_once_and_train_as_uncached(tiny_base, tmp_p
     """Candidates that repeat another's text word for word (most right lab solutions do) go
     through the frozen layers once; training still gives the uncached weights."""
     from prmkit.records import write_records
-    from prmkit.train import frozen
     from test_train_prm import records
 
     once = records(6)
@@ -92,13 +91,15 @@ def test_repeated_sequences_are_read_once_and_train_as_uncached(tiny_base, tmp_p
     train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
     write_records(str(train), twice)
     write_records(str(dev), records(9)[6:])
-    real, seen = frozen.FrozenLayers.tree_hidden, []
+    from prmkit.train import frozentree
 
-    def counted(self, seqs, budget, pad, device):
+    real, seen = frozentree.tree_hidden, []
+
+    def counted(layers, seqs, *args):
         seen.extend(tuple(e.input_ids) for e in seqs)
-        return real(self, seqs, budget, pad, device)
+        return real(layers, seqs, *args)
 
-    monkeypatch.setattr(frozen.FrozenLayers, "tree_hidden", counted)
+    monkeypatch.setattr(frozentree, "tree_hidden", counted)
     plain, w_plain = run(tiny_base, (str(train), str(dev)), tmp_path / "plain", "class", False,
                          last_k=0)
     cached, w_cached = run(tiny_base, (str(train), str(dev)), tmp_path / "cached", "class",

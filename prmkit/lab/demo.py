@@ -46,9 +46,10 @@ from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.lab import summary
+from prmkit.lab.scorestage import score_test
 from prmkit.lab.stages import Lazy, Printer, prepare, stage, stage_json
 from prmkit.models.reading import fast_dtype
-from prmkit.records import Record, read_records, write_records
+from prmkit.records import Record, read_records
 from prmkit.train.common import HEADS
 
 # Stored with the settings: a folder written by another version of the stages starts again
@@ -214,7 +215,7 @@ def run(config: DemoConfig) -> int:
     dtype = config.score_dtype if config.score_dtype != "auto" else (
         "bfloat16" if config.calculator and fast_dtype() == "bfloat16" else "float32")
     prm = Lazy(lambda: _load(prm_dir, dtype))     # loaded once, for scoring and for search
-    scored = stage(out, "test_scored.jsonl", lambda: _score(world, prm(), _load(orm_dir, dtype),
+    scored = stage(out, "test_scored.jsonl", lambda: score_test(world, prm(), _load(orm_dir, dtype),
                                                              out))
     bon = summary.bestofn_stage(config, scored, say)
     search = stage_json(out, "search.json", lambda: _search(config, world, prm(), scored))
@@ -363,66 +364,6 @@ def _load(model_dir: str, dtype: str) -> Any:
     from prmkit.models.hf import HFConfig, load_hf_prm
 
     return load_hf_prm(os.path.join(model_dir, "last"), config=HFConfig(dtype=dtype))
-
-
-def _score(world: World, prm: Any, orm: Any, out: str) -> list[Record]:
-    """4. the test candidates' step scores by the PRM and the ORM. The PRM reads best-of-4B's
-    further samples of a problem in the same pass as its test candidates (one tree of shared
-    prefixes per problem: they share its prompt and often their first steps); those scores go to
-    ``search_scored.jsonl``, written before this stage's own file. An ORM that is a class head
-    on the PRM's frozen body (the default recipe) is read in the PRM's passes
-    (:mod:`prmkit.models.companion`); another is read on its own, on the test candidates."""
-    from prmkit.models.companion import companion_blocker
-
-    by_group: dict[str, list[Record]] = {}
-    for r in world.test + world.more:
-        by_group.setdefault(r.group, []).append(r)
-    both = [r for rs in by_group.values() for r in rs]
-    if companion_blocker(prm, orm) is None:
-        mine, theirs = _score_with(prm, both, "PRM and the ORM (one pass)", also=orm)
-        orm_steps = dict(zip((r.id for r in both), theirs))
-    else:
-        mine = _score_with(prm, both, "PRM")[0]
-        orm_steps = dict(zip((r.id for r in world.test), _score_with(orm, world.test, "ORM")[0]))
-    scores = dict(zip((r.id for r in both), mine))
-    write_records(os.path.join(out, "search_scored.jsonl"),
-                  [Record(**{**r.to_dict(), "step_scores": scores[r.id]}) for r in world.more])
-    scored = []
-    for r in world.test:
-        g, o = world.gold[r.id], orm_steps[r.id]     # the ORM's last step is the outcome score
-        scored.append(Record(**{**r.to_dict(), "step_scores": scores[r.id], "labels": g.labels,
-                                "first_error": g.first_error,
-                                "meta": {**r.meta, "outcome_score": o[-1], "orm_step_scores": o}}))
-    return scored
-
-
-def _score_with(model: Any, test: Sequence[Record], name: str, also: Any = None, chunk: int = 64,
-                ) -> tuple[list[list[float | None]], list[list[float | None]]]:
-    """Step scores of the test candidates, a chunk of whole groups at a time (progress lines
-    off a terminal), and those of the companion ``also`` (empty without one). The candidates
-    of a problem share its prompt (and often leading steps): each shared prefix is read once
-    (prmkit.models.shared), the scores as one-pass scoring's."""
-    from prmkit.models.shared import score_shared, score_shared_pair
-    from prmkit.progress import progress
-
-    out: list[list[float | None]] = []
-    theirs: list[list[float | None]] = []
-    with progress(total=len(test), desc=f"demo: scoring with the {name}", unit="rec") as bar:
-        start = 0
-        while start < len(test):
-            end = min(len(test), start + chunk)
-            while end < len(test) and test[end].group == test[end - 1].group:
-                end += 1                          # a chunk never splits a group
-            part = test[start:end]
-            args = ([r.problem for r in part], [r.steps for r in part], [r.group for r in part])
-            if also is None:
-                out += score_shared(model, *args)
-            else:
-                a, b = score_shared_pair(model, also, *args)
-                out, theirs = out + a, theirs + b
-            bar.update(len(part))
-            start = end
-    return out, theirs
 
 
 def _search(config: DemoConfig, world: World, prm: Any, scored: Sequence[Record]) -> dict[str, Any]:

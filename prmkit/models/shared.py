@@ -69,12 +69,12 @@ from prmkit.errors import PrmkitError
 from prmkit.models.cachedpass import cached_forward
 from prmkit.models.incremental import common_prefix_length, head_ids, reuse_blocker
 from prmkit.models.sharestats import ShareStats
-from prmkit.models.treepass import (ROW_TOKENS, Segment, joined, pack_blocker, share_rows,
-                                     split_rows, token_tree, tree_forward)
+from prmkit.models.tokentrees import groups_of, read_token_trees, token_rows
+from prmkit.models.treepass import ROW_TOKENS, pack_blocker
 from prmkit.stepformat import Encoded
 
 __all__ = ["SharedPrefixScorer", "ShareStats", "can_share", "group_prefix", "has_groups",
-           "score_by_problem", "score_shared", "score_shared_pair"]
+           "score_by_problem", "score_shared"]
 
 
 def can_share(prm: Any) -> bool:
@@ -105,31 +105,6 @@ def score_shared(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str
         return _plain(prm, list(range(len(problems))), problems, steps, stats,
                       [None] * len(problems), count_plain=True)
     return SharedPrefixScorer(prm, stats).score(problems, steps, groups)
-
-
-def score_shared_pair(prm: Any, other: Any, problems: Sequence[str],
-                      steps: Sequence[Sequence[str]], groups: Sequence[Hashable | None],
-                      stats: ShareStats | None = None,
-                      ) -> tuple[list[list[float | None]], list[list[float | None]]]:
-    """:func:`score_shared` of ``prm`` and of ``other``, a companion on the same body
-    (:mod:`prmkit.models.companion`: a PRM and an ORM trained as heads on one frozen base), in
-    one tree pass: ``other``'s scores for the cost of its head. Where that cannot hold (another
-    body, another head, other ids or read positions for some solution, or a model that reads no
-    tree in one pass) each is scored on its own."""
-    from prmkit.models.companion import companion_blocker
-
-    stats = stats if stats is not None else ShareStats()
-    if can_share(prm) and pack_blocker(prm) is None and companion_blocker(prm, other) is None \
-            and all(_same_reads(prm.encode(p, s), other.encode(p, s))
-                    for p, s in zip(problems, steps)):
-        scorer = SharedPrefixScorer(prm, stats, also=other)
-        return scorer.score(problems, steps, groups), scorer.also_scores
-    return (score_shared(prm, problems, steps, groups, stats),
-            score_shared(other, problems, steps, groups, stats))
-
-
-def _same_reads(a: Encoded, b: Encoded) -> bool:
-    return list(a.input_ids) == list(b.input_ids) and list(a.read_positions) == list(b.read_positions)
 
 
 def score_by_problem(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str]],
@@ -197,14 +172,14 @@ class SharedPrefixScorer:
         stats.plain += sum(len(e.input_ids) for e in encs)
         out: list[list[float | None] | None] = [None] * len(problems)
         if self.packed:
-            members, alone = self._groups(problems, groups, encs)
+            members, alone = groups_of(problems, groups, encs)
             theirs: list[list[float | None] | None] = [None] * len(problems)
             if alone:
                 _plain(prm, alone, problems, steps, stats, out, count_plain=False)
                 if self.also is not None:
                     _plain(self.also, alone, problems, steps, ShareStats(), theirs, False)
             stats.groups += len(members)
-            self._read_token_trees(members, encs, out, theirs)
+            read_token_trees(self, members, encs, out, theirs)
             self.also_scores = [row if row is not None else [] for row in theirs]
             return [row if row is not None else [] for row in out]
         trees, alone = self._trees(problems, steps, groups, encs)
@@ -228,10 +203,10 @@ class SharedPrefixScorer:
         the encodings alone: no forward pass (``padded`` and ``forwards`` stay 0)."""
         encs = [self.prm.encode(p, s) for p, s in zip(problems, steps)]
         if self.packed:
-            members, alone = self._groups(problems, groups, encs)
+            members, alone = groups_of(problems, groups, encs)
             plan = ShareStats(groups=len(members), candidates=sum(map(len, members)))
-            plan.computed = sum(len(s.ids) for _, row, _ in self._token_rows(members, encs)[0]
-                                for s in row)
+            plan.computed = sum(len(s.ids) for _, row, _ in
+                                token_rows(members, encs, self.row_tokens)[0] for s in row)
         else:
             kept, self.stats = self.stats, ShareStats()
             try:
@@ -248,27 +223,12 @@ class SharedPrefixScorer:
         return plan
 
     # -- the trees: a group's prefix, and below it the steps some of its solutions share --------
-    def _groups(self, problems: Sequence[str], groups: Sequence[Hashable | None],
-                encs: Sequence[Encoded]) -> tuple[list[list[int]], list[int]]:
-        """The groups of two or more solutions with ids (same group, same problem), and the
-        solutions read whole."""
-        by_key: dict[tuple[Hashable, str], list[int]] = {}
-        alone: list[int] = []
-        for i, (p, g) in enumerate(zip(problems, groups)):
-            if g is None or not encs[i].input_ids:
-                alone.append(i)
-            else:
-                by_key.setdefault((g, p), []).append(i)
-        members = [m for m in by_key.values() if len(m) > 1]
-        alone += [i for m in by_key.values() if len(m) == 1 for i in m]
-        return members, sorted(alone)
-
     def _trees(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
                groups: Sequence[Hashable | None], encs: Sequence[Encoded],
                ) -> tuple[list[_Tree], list[int]]:
         """The trees of the groups of two or more solutions (same group, same problem), and the
         solutions read whole."""
-        members, alone = self._groups(problems, groups, encs)
+        members, alone = groups_of(problems, groups, encs)
         trees = []
         for group in members:
             problem = problems[group[0]]
@@ -325,53 +285,6 @@ class SharedPrefixScorer:
                 _covering(node, p).reads.add(p)
 
     # -- the forward passes ---------------------------------------------------------------------
-    def _token_rows(self, members: list[list[int]], encs: Sequence[Encoded],
-                    ) -> tuple[list[tuple[list[tuple[int, int]], list[Segment], int]],
-                               list[list[list[int]]]]:
-        """Each group's token tree (:func:`prmkit.models.treepass.token_tree`) in rows of at
-        most ``row_tokens`` tokens (a group's longest solution, when longer), laid end to end in
-        shared rows: per shared row, the (group, segment) of each of its segments, the segments
-        and its size; per group, the segment holding each read of each solution."""
-        rows: list[tuple[list[tuple[int, int]], list[Segment]]] = []
-        holders = []
-        for t, group in enumerate(members):
-            segs, held = token_tree([encs[i].input_ids for i in group],
-                                    [encs[i].read_positions for i in group])
-            holders.append(held)
-            cap = max(self.row_tokens, max(len(encs[i].input_ids) for i in group))
-            rows += [([(t, k) for k in taken], row) for taken, row in split_rows(segs, cap)]
-        out = []
-        for b in share_rows([row for _, row in rows], self.row_tokens):
-            row = joined([rows[k][1] for k in b])
-            out.append(([o for k in b for o in rows[k][0]], row, sum(len(s.ids) for s in row)))
-        return out, holders
-
-    def _read_token_trees(self, members: list[list[int]], encs: Sequence[Encoded],
-                          out: list[list[float | None] | None],
-                          theirs: list[list[float | None] | None]) -> None:
-        """Every group's token tree in rows of tree-attention passes (module docstring); each
-        solution's scores from the segments that hold its reads (and the companion's into
-        ``theirs``)."""
-        rows, holders = self._token_rows(members, encs)
-        read: dict[tuple[int, int], dict[int, float]] = {}
-        also: dict[tuple[int, int], dict[int, float]] = {}
-        for batch in self._batches(rows, lambda r: 0, lambda r: r[2]):
-            res = tree_forward(self.prm, [row for _, row, _ in batch], self.also)
-            self._count(res.real, res.computed)
-            for b, (owned, row, _) in enumerate(batch):
-                for k, (owner, seg) in enumerate(zip(owned, row)):   # the first row's, if repeated
-                    read.setdefault(owner, dict(zip(seg.reads, res.probs[b][k])))
-                    if res.also is not None:
-                        also.setdefault(owner, dict(zip(seg.reads, res.also[b][k])))
-        for t, group in enumerate(members):
-            for i, held in zip(group, holders[t]):
-                pad: list[float | None] = [None] * (encs[i].n_steps - len(held))
-                where = list(zip(held, encs[i].read_positions))
-                out[i] = [read[(t, k)][p] for k, p in where] + pad
-                if self.also is not None:
-                    theirs[i] = [also[(t, k)][p] for k, p in where] + pad
-                self.stats.candidates += 1
-
     def _finish(self, leaf: _Leaf, enc: Encoded, after: list[float],
                 out: list[list[float | None] | None]) -> None:
         """Solution ``leaf.i``'s scores: those read inside its nodes, then ``after``."""
@@ -380,7 +293,7 @@ class SharedPrefixScorer:
         out[leaf.i] = scores + [None] * (enc.n_steps - len(scores))
         self.stats.candidates += 1
 
-    def _batches(self, rows: list[Any], past: Any, new: Any) -> list[list[Any]]:
+    def batch_rows(self, rows: list[Any], past: Any, new: Any) -> list[list[Any]]:
         """Rows in batches of at most ``budget`` rows x (longest past + longest new ids)."""
         batches: list[list[Any]] = [[]]
         wide_past = wide_new = 0
@@ -396,13 +309,13 @@ class SharedPrefixScorer:
     def _read_nodes(self, level: list[_Node]) -> None:
         """The nodes of one depth: each one's ids after its parent's on the parent's cache;
         keep each one's whole cache and read what its leaves need inside it."""
-        for batch in self._batches(level, lambda n: n.past, lambda n: len(n.ids) - n.past):
+        for batch in self.batch_rows(level, lambda n: n.past, lambda n: len(n.ids) - n.past):
             reads = [sorted(n.reads) for n in batch]
             res = cached_forward(self.prm, [n.ids[n.past:] for n in batch],
                                  [[p - n.past for p in r] for n, r in zip(batch, reads)],
                                  [_cut(n.parent.kv, n.past) if n.parent else [] for n in batch],
                                  self._carry([(n.parent, n.past) for n in batch]))
-            self._count(res.real, res.computed)
+            self.count(res.real, res.computed)
             width = max(n.past for n in batch)
             for b, (n, r) in enumerate(zip(batch, reads)):
                 a, z = width - n.past, width + len(n.ids) - n.past
@@ -433,7 +346,7 @@ class SharedPrefixScorer:
     def _read_leaves(self, leaves: list[_Leaf], encs: Sequence[Encoded],
                      out: list[list[float | None] | None]) -> None:
         """Each solution's ids after what it shares with its node, on the node's cache."""
-        for batch in self._batches(leaves, lambda x: x.past,
+        for batch in self.batch_rows(leaves, lambda x: x.past,
                                    lambda x: len(encs[x.i].input_ids) - x.past):
             todo = [x for x in batch if len(encs[x.i].input_ids) > x.past]
             after: dict[int, list[float]] = {}
@@ -442,12 +355,12 @@ class SharedPrefixScorer:
                                      [[p - x.past for p in encs[x.i].read_positions if p >= x.past]
                                       for x in todo], [_cut(x.node.kv, x.past) for x in todo],
                                      self._carry([(x.node, x.past) for x in todo]))
-                self._count(res.real, res.computed)
+                self.count(res.real, res.computed)
                 after = {x.i: row for x, row in zip(todo, res.probs)}
             for x in batch:
                 self._finish(x, encs[x.i], after.get(x.i, []), out)
 
-    def _count(self, real: int, computed: int) -> None:
+    def count(self, real: int, computed: int) -> None:
         stats, prm = self.stats, self.prm
         stats.forwards += 1
         stats.computed += real

@@ -69,9 +69,10 @@ def lm_features(hidden: Any, tokens: Any, embeddings: Any, softcap: float | None
     The vocabulary projection runs on :data:`CHUNK` tokens at a time.
 
     Each chunk's logits l are read few times: the maximum and its index in one pass, the
-    log-normaliser lse in one, then log p = l - lse (in place when no gradient flows) and the entropy
-    -sum exp(log p) log p (SmolLM2-135M on 2 AVX2 cores: 2,048 tokens' features in 2.7 s, where
-    log_softmax with separate max, argmax and entropy passes took 3.8 s)."""
+    log-normaliser lse in one, then log p = l - lse (in place when no gradient flows) and the
+    entropy -sum exp(log p) log p (SmolLM2-135M's vocabulary on 2 AVX2 cores, 2,048 tokens,
+    interleaved, median of 4: 2.66 s against 2.80 s for log_softmax with separate max, argmax
+    and entropy passes; the projection itself is most of it)."""
     import torch
     import torch.nn.functional as F
 

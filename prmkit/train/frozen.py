@@ -12,7 +12,7 @@ head alone) the stored states are the body's final output and an epoch costs onl
 The frozen layers' outputs are read from a whole forward (``output_hidden_states``), which
 costs k / L more than the frozen layers alone and needs nothing of the model's internals.
 Where the model's attention takes a custom mask, that forward reads the training sequences as
-one tree of their token ids, each distinct prefix once (:meth:`FrozenLayers.tree_hidden`).
+one tree of their token ids, each distinct prefix once (:mod:`prmkit.train.frozentree`).
 The cached forward checks itself against the uncached one on the first batch (its first
 ``CHECKED`` sequences), in float32: the step logits must agree within ``TOLERANCE``, or
 training stops with an error naming the model class (a model that adds position embeddings
@@ -114,6 +114,7 @@ class FrozenLayers:
 
         from prmkit.models.reading import token_budget_batches
         from prmkit.progress import progress
+        from prmkit.train.frozentree import tree_hidden
 
         was = self.model.training
         self.model.eval()
@@ -134,7 +135,7 @@ class FrozenLayers:
                   f"sequences read from {self.store_file(autocast)}, {len(twins)} repeat "
                   f"another's ids", file=sys.stderr)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            if len(todo) < 2 or not self.tree_hidden(todo, budget, pad, device):
+            if len(todo) < 2 or not tree_hidden(self, todo, budget, pad, device, TOLERANCE):
                 batches = token_budget_batches([len(e.input_ids) for e in todo], budget)
                 for batch in progress(batches, desc="frozen layers", unit="batch"):
                     seqs = [todo[i] for i in batch]
@@ -148,96 +149,6 @@ class FrozenLayers:
             if id(twin) in self.feats:
                 self.feats[id(e)] = self.feats[id(twin)]
         self.dirty = bool(todo)
-
-    def tree_hidden(self, seqs: Sequence[Example], budget: int, pad: int, device: Any) -> bool:
-        """The frozen layers' output of ``seqs`` read as one tree of their token ids
-        (:func:`prmkit.models.treepass.token_tree`): a training set's sequences share the
-        prompt template, a problem's candidates its text and often their first steps, and each
-        distinct prefix is read once (seed 0's lab training set, 303 distinct sequences: 27k
-        tokens where one by one reads 58k), in rows of tree attention. The first sequence is
-        checked against its plain forward. False (nothing done) where the model's attention
-        takes no custom mask."""
-        import torch
-
-        from prmkit.models.treepass import ROW_TOKENS, mask_blocker, split_rows, token_tree, tree_inputs
-        from prmkit.progress import progress
-
-        if mask_blocker(self.model) is not None:
-            return False
-        ids = [list(e.input_ids) for e in seqs]
-        segs, ends = token_tree(ids, [[len(x) - 1] for x in ids])
-        cap = max(ROW_TOKENS, max(map(len, ids)))
-        rows = split_rows(segs, cap)
-        home = {}                                    # a segment -> (row, its index there)
-        for r, (taken, _) in enumerate(rows):
-            for local, k in enumerate(taken):
-                home.setdefault(k, (r, local))
-        width = max(sum(len(s.ids) for s in row) for _, row in rows)
-        per = max(1, budget // width)
-        done: dict[int, Any] = {}
-        for start in progress(range(0, len(rows), per), desc="frozen layers (token tree)",
-                              unit="pass"):
-            part = [row for _, row in rows[start:start + per]]
-            x, positions, mask, offsets = tree_inputs(part, pad)
-            with torch.no_grad():
-                out = self.base(input_ids=x.to(device), attention_mask=mask.to(device),
-                                position_ids=positions.to(device), output_hidden_states=bool(self.k))
-            h = out.hidden_states[len(self.all) - self.k] if self.k else out.last_hidden_state
-            feats = self.tree_features(part, x.to(device), h) if self.lm is not None and not self.k \
-                else [None] * len(part)
-            for b, row in enumerate(part):
-                done[start + b] = (h[b].float(), row, offsets[b], feats[b])
-        total = sum(sum(len(s.ids) for s in row) for _, row in rows)
-        print(f"frozen layers: {len(seqs)} sequences ({sum(map(len, ids))} tokens) read as a "
-              f"token tree: {total} tokens in {len(rows)} rows", file=sys.stderr)
-        for e, x, end in zip(seqs, ids, ends):
-            r, local = home[end[0]]
-            h, row, at, feats = done[r]
-            path = []
-            while local is not None:
-                path.append(local)
-                local = row[local].parent
-            index = [at[j] + t for j in reversed(path) for t in range(len(row[j].ids))]
-            self.hidden[id(e)] = h[torch.tensor(index, device=h.device)]
-            if feats is not None:
-                self.feats[id(e)] = feats[torch.tensor(index, device=h.device)]
-        plain = self.bottom_hidden(seqs[:1], pad, device)[0]
-        gap = float((plain - self.hidden[id(seqs[0])]).abs().max())
-        # relative: bfloat16 (autocast) rounds each pass its own way; a wrong mask or position
-        # moves the states by their own size
-        tolerance = 5e-2 if torch.is_autocast_enabled(device.type) else TOLERANCE
-        if not gap <= tolerance * max(1.0, float(plain.abs().max())):
-            raise PrmkitError(f"--cache-frozen: {type(self.model).__name__}'s frozen layers read "
-                              f"as a token tree differ from its plain forward by {gap:.3g}; "
-                              f"train without --cache-frozen")
-        return True
-
-    def tree_features(self, rows: Sequence[Any], ids: Any, hidden: Any) -> list[Any]:
-        """Per row of a tree pass, every token's LM features (width x features, float32) under
-        the distribution at the token before it on its own path (a segment's first token reads
-        its ancestor's last state; a path's first token gets 0), as one-pass features are: the
-        vocabulary projection runs once per token of the tree, not once per sequence."""
-        import torch
-
-        from prmkit.models.treepass import path_before
-
-        out = []
-        with torch.no_grad(), torch.autocast(hidden.device.type, enabled=False):
-            for b, row in enumerate(rows):
-                n = sum(len(s.ids) for s in row)
-                prev = torch.arange(-1, n - 1, device=hidden.device)
-                at = 0
-                for seg, before in zip(row, path_before(row)):
-                    if seg.ids:
-                        prev[at] = -1 if before is None else before
-                    at += len(seg.ids)
-                h = hidden[b, :n].float()
-                pairs = torch.stack([h[prev.clamp(min=0)], h], dim=1)        # n x 2 x width
-                tokens = torch.stack([ids[b, :n], ids[b, :n]], dim=1)
-                feats = self.lm.features(pairs, tokens)[:, 1]
-                feats[prev < 0] = 0.0
-                out.append(feats)
-        return out
 
     def store_file(self, autocast: bool) -> str:
         """The store's file for these frozen weights, this k and this dtype (the weights'
