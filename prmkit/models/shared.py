@@ -23,9 +23,10 @@ tree is read**: where the model's attention takes a custom mask (``sdpa``, ``eag
 group is read as the finer tree of its token ids instead (:func:`prmkit.models.treepass.token_tree`:
 every distinct prefix of the candidates' own ids once, cut at the token where two part, so
 steps that differ only in a result's digits share their words), each tree a row of one pass
-under a tree-attention mask, many groups a pass (:mod:`prmkit.models.treepass`; on a CPU every
-pass costs the reading of all the weights). Otherwise the tree of steps above is read a depth
-at a time, each node on its parent's key-value cache, then the suffixes on their nodes' caches
+under a tree-attention mask, many groups a pass (:mod:`prmkit.models.tokentrees` over
+:mod:`prmkit.models.treepass`; on a CPU every pass costs the reading of all the weights).
+Otherwise the tree of steps above is read a depth at a time, each node on its parent's
+key-value cache, then the suffixes on their nodes' caches
 (:func:`prmkit.models.cachedpass.cached_forward`, the machinery search uses).
 
 Why it is exact. A causal model's output at a position depends only on the ids up to it, and

@@ -100,8 +100,8 @@ def token_tree(seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]],
 
     Cut at the token, not at the step: sampled steps often share their words up to a result's
     digits, and the tree then shares those too (seed 0's lab test candidates with best-of-32's
-    further samples, SmolLM2's tokenizer: 63,622 tokens where a tree of whole shared steps
-    reads 79,510 and one-pass scoring 365,059)."""
+    further samples, SmolLM2's tokenizer, trees not cut into rows: 63,622 tokens where a tree
+    of whole shared steps reads 79,510 and one-pass scoring 365,059)."""
     segments: list[Segment] = []
     paths: list[list[int]] = [[] for _ in seqs]    # per solution, its segments, root first
     todo: list[tuple[list[int], int, int | None]] = [(list(range(len(seqs))), 0, None)]
@@ -339,14 +339,19 @@ def tree_survival(prm: Any, rows: Sequence[Sequence[Segment]], ids: Any, mask: A
         out = head_logits(prm.model(**kwargs)).float()
         keep = out[..., p] - out[..., 1 - p]
     else:
-        from prmkit.models.surprisal import keep_logits
+        from prmkit.models.surprisal import FEATURES, keep_logits
 
         head, hidden = reader.surprisal.forward(prm.model, kwargs)
         rows_ix = torch.arange(ids.shape[0], device=ids.device)[:, None]
         previous = hidden[rows_ix, prev.clamp(min=0)]        # the path's previous state
-        pairs = torch.stack([previous, hidden], dim=2).flatten(0, 1)
-        tokens = torch.stack([ids, ids], dim=2).flatten(0, 1)
-        feats = reader.surprisal.features(pairs, tokens)[:, 1].view(*ids.shape, -1)
+        # the vocabulary projection on real tokens only: padding's keep logits are never read
+        real = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
+        for b, row in enumerate(rows):
+            real[b, :sum(len(s.ids) for s in row)] = True
+        pairs = torch.stack([previous[real], hidden[real]], dim=1)
+        tokens = torch.stack([ids[real], ids[real]], dim=1)
+        feats = torch.zeros((*ids.shape, len(FEATURES)), device=ids.device)
+        feats[real] = reader.surprisal.features(pairs, tokens)[:, 1]
         feats[prev < 0] = 0.0                                 # nothing predicts a path's first
         keep = keep_logits(head, feats, p)
     log_keep = F.logsigmoid(keep.float())
