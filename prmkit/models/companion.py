@@ -27,8 +27,10 @@ def backbone(model: Any) -> Any:
 
 def head_of(model: Any) -> Any:
     """A token-classification model's head module (``score``, ``classifier``), or None."""
+    import torch
+
     for name in ("score", "classifier"):
-        if isinstance(getattr(model, name, None), __import__("torch").nn.Module):
+        if isinstance(getattr(model, name, None), torch.nn.Module):
             return getattr(model, name)
     return None
 
