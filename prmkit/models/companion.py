@@ -16,13 +16,9 @@ and a scorer checks every candidate's ids and read positions under both formats.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
-
-def backbone(model: Any) -> Any:
-    """The model's body: what its task head sits on."""
-    return getattr(model, getattr(model, "base_model_prefix", "model"), None)
+from prmkit.models.body import backbone
 
 
 def head_of(model: Any) -> Any:
@@ -56,19 +52,6 @@ def companion_blocker(prm: Any, other: Any) -> str | None:
     if other.max_length != prm.max_length:
         return "the two read different lengths"
     return None
-
-
-@contextmanager
-def caught_hidden(model: Any) -> Iterator[list[Any]]:
-    """The body's final hidden states of the forwards inside the block (a list, filled)."""
-    caught: list[Any] = []
-    hook = backbone(model).register_forward_hook(
-        lambda _m, _i, out: caught.append(out.last_hidden_state if hasattr(out, "last_hidden_state")
-                                          else out[0]))
-    try:
-        yield caught
-    finally:
-        hook.remove()
 
 
 def companion_probs(other: Any, hidden: Any) -> list[float]:

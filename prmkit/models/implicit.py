@@ -54,6 +54,7 @@ from typing import Any, Iterator, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.models.base import collect
+from prmkit.models.body import backbone as body_of
 from prmkit.models import folder
 from prmkit.models.reading import (HFConfig, ScoreStats, encode_or_warn, pad_right, torch_dtype,
                                    prefix_encodings, token_budget_batches)
@@ -116,7 +117,7 @@ def token_logps(model: Any, ids: Any, attn: Any, rows: Any, cols: Any, via: Any 
     core = _core(model)
     mc = core.config
     head = core.get_output_embeddings()
-    backbone = getattr(core, getattr(core, "base_model_prefix", "model"), None)
+    backbone = body_of(core)
     plain = via is not None or head is None or backbone is None or any(
         getattr(mc, a, None) for a in ("final_logit_softcapping", "logit_scale"))
     if plain:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.models.body import backbone as body_of
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat
 
 log = logging.getLogger("prmkit")
@@ -228,7 +229,7 @@ class Reader:
         if step_format.reading == "label-tokens":
             mc = model.config
             lm_head = model.get_output_embeddings()
-            backbone = getattr(model, getattr(model, "base_model_prefix", "model"), None)
+            backbone = body_of(model)
             modifies_logits = any(getattr(mc, a, None) for a in ("final_logit_softcapping", "logit_scale"))
             if lm_head is not None and backbone is not None and not modifies_logits:
                 # only the read positions go through the vocabulary projection

@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from prmkit.errors import PrmkitError
+from prmkit.models.body import backbone, caught_hidden
 
 FEATURES = ("logprob", "margin", "entropy", "argmax")
 SCALE = (4.0, 4.0, 4.0, 1.0)     # log-probabilities and entropies are a few units
@@ -130,7 +131,7 @@ class Surprisal:
     def __init__(self, model: Any):
         check_tied(model)
         self.model = model
-        self.backbone = getattr(model, getattr(model, "base_model_prefix", "model"), None)
+        self.backbone = backbone(model)
         if self.backbone is None:
             raise PrmkitError(f"--head surprisal: {type(model).__name__} has no base model")
         config = text_config(model)
@@ -151,14 +152,8 @@ class Surprisal:
 
     def forward(self, model: Any, kwargs: dict[str, Any]) -> tuple[Any, Any]:
         """(the head's outputs, the backbone's final hidden states) of ``model(**kwargs)``."""
-        caught: list[Any] = []
-        hook = self.backbone.register_forward_hook(
-            lambda _m, _i, out: caught.append(out.last_hidden_state if hasattr(out, "last_hidden_state")
-                                              else out[0]))
-        try:
+        with caught_hidden(self.backbone) as caught:
             out = model(**kwargs)
-        finally:
-            hook.remove()
         head = out.logits if hasattr(out, "logits") else out[0]
         if head.shape[-1] != OUTPUTS:
             raise PrmkitError(f"a surprisal head has {OUTPUTS} outputs, the model gives "

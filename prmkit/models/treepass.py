@@ -259,7 +259,8 @@ def tree_forward(prm: Any, rows: Sequence[Sequence[Segment]], also: Any = None) 
     positions from this pass's hidden states."""
     import torch
 
-    from prmkit.models.companion import caught_hidden, companion_probs
+    from prmkit.models.body import backbone, caught_hidden
+    from prmkit.models.companion import companion_probs
 
     ids, positions, mask, offsets = tree_inputs(rows, prm.pad_id)
     r: list[int] = []
@@ -275,7 +276,7 @@ def tree_forward(prm: Any, rows: Sequence[Sequence[Segment]], also: Any = None) 
     device = prm.device
     rr = torch.tensor(r, dtype=torch.long, device=device)
     cc = torch.tensor(c, dtype=torch.long, device=device)
-    catch = caught_hidden(prm.model) if also is not None else nullcontext([])
+    catch = caught_hidden(backbone(prm.model)) if also is not None else nullcontext([])
     with torch.inference_mode(), catch as hidden:
         if prm.format.hazard:
             log_s = tree_survival(prm, rows, ids.to(device), mask.to(device), positions.to(device))

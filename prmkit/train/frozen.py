@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.models.body import backbone
 from prmkit.train.common import read_index, read_logits
 from prmkit.train.loop import Example, transformer_layers
 
@@ -57,7 +58,7 @@ class FrozenLayers:
         self.kept: dict[str, Any] = {}   # the store's entries: "h:" + digest (states), "f:" ...
         self.dirty = False
         self.files: dict[bool, str] = {}
-        self.base = getattr(model, getattr(model, "base_model_prefix", "model"), model)
+        self.base = backbone(model, model)
         layers, _ = transformer_layers(model)
         if not hasattr(self.base, "layers"):
             raise PrmkitError(f"--cache-frozen: {type(model).__name__} keeps its layers "

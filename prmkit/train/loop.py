@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.models.body import backbone
 from prmkit.train import checkpoint as ckpt
 
 TRAIN_MODES = ("last-k", "lora", "full")
@@ -120,7 +121,7 @@ class Example:
 
 def transformer_layers(model: Any) -> tuple[Any, Any]:
     """(the list of transformer blocks, the final norm) of a decoder model."""
-    base = getattr(model, getattr(model, "base_model_prefix", "model"), model)
+    base = backbone(model, model)
     for layers_attr, norm_attr in (("layers", "norm"), ("h", "ln_f"), ("blocks", "norm_f")):
         layers = getattr(base, layers_attr, None)
         if layers is not None:
