@@ -234,3 +234,66 @@ def test_demo_without_the_calculator(base, tmp_path, capsys):
     assert "the calculator alone" not in capsys.readouterr().out
     for k in ("prm", "orm"):
         assert not json.loads((out / k / "last" / "prmkit_format.json").read_text())["calculator"]
+
+
+def _pairs_auc(steps):
+    right = [x for x, y in steps if y]
+    wrong = [x for x, y in steps if not y]
+    return sum((a > b) + 0.5 * (a == b) for a in right for b in wrong) / (len(right) * len(wrong))
+
+
+def test_demo_implicit_prm_is_its_own_stage_with_its_own_rows(base, tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(demo_args(base, out)) == 0
+    capsys.readouterr()
+    scored_before = (out / "test_scored.jsonl").read_text()
+    prm_files = {p.name: p.stat().st_mtime_ns for p in (out / "prm" / "last").iterdir()}
+    implicit = ["--implicit", "--implicit-last-k", "1", "--implicit-epochs", "1"]
+    assert main(demo_args(base, out, *implicit)) == 0
+    printed = capsys.readouterr().out
+    # turning it on reuses every other stage: the PRM is not trained again
+    assert "resuming the demo" in printed
+    assert (out / "test_scored.jsonl").read_text() == scored_before
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "prm" / "last").iterdir()} == prm_files
+    trained = json.loads((out / "implicit" / "last" / "prmkit_train.json").read_text())
+    assert trained["kind"] == "implicit-prm" and trained["config"]["calculator"] is True
+    assert trained["config"]["loop"]["last_k"] == 1
+    assert json.loads((out / "implicit" / "last" / "prmkit_format.json").read_text())["calculator"]
+
+    summary = json.loads((out / "summary.json").read_text())
+    figures = summary["implicit"]
+    implicit_scored = read_records(str(out / "implicit_scored.jsonl"))
+    test = {r.id: r for r in read_records(str(out / "test_scored.jsonl"))}
+    assert sorted(r.id for r in implicit_scored) == sorted(test)
+    # at N = every candidate of a group, prm-prod picks the candidate whose step scores have the
+    # largest product (identical texts have identical scores and outcomes)
+    best: dict[str, tuple[float, bool]] = {}
+    for r in implicit_scored:
+        prod = 1.0
+        for s in r.step_scores:
+            prod *= s
+        if r.group not in best or prod > best[r.group][0]:
+            best[r.group] = (prod, bool(r.is_correct))
+    by_hand = 100 * sum(ok for _, ok in best.values()) / len(best)
+    assert figures["best_of_n"]["prm-prod"] == pytest.approx(by_hand)
+    # its step AUC against the gold labels, by brute force over every (right, wrong) pair
+    steps = [(x, y >= 0.5) for r in implicit_scored
+             for x, y in zip(r.step_scores, test[r.id].labels)]
+    assert figures["step_auc"] == pytest.approx(_pairs_auc(steps))
+    row = summary["summary"]["implicit PRM step AUC vs gold labels (test)"]
+    assert row.startswith(f"{_pairs_auc(steps):.3f} (outcome labels only")
+    assert summary["summary"]["best-of-4 accuracy, implicit PRM (prod / min / last)"].startswith(
+        f"{by_hand:.1f}% / ")
+    assert set(summary["claims"]) == {"prm_beats_majority", "prm_beats_orm", "gap_grows_with_n",
+                                      "beam_matches_4x_best_of_n"}
+
+    # its own settings changed: only its stage is done again
+    assert main(demo_args(base, out, *implicit[:-1], "2")) == 0
+    assert "resuming the demo" in capsys.readouterr().out
+    assert json.loads((out / "implicit" / "last" / "prmkit_train.json").read_text())[
+        "config"]["loop"]["epochs"] == 2
+    assert (out / "test_scored.jsonl").read_text() == scored_before
+    # and off again: no implicit rows
+    assert main(demo_args(base, out)) == 0
+    assert "implicit PRM" not in capsys.readouterr().out.split("prmkit demo summary")[1]
+    assert json.loads((out / "summary.json").read_text())["implicit"] is None

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.lab import summary
+from prmkit.lab import implicitstage, summary
 from prmkit.lab.scorestage import score_test
 from prmkit.lab.stages import Lazy, Printer, prepare, stage, stage_json
 from prmkit.models.reading import fast_dtype
@@ -160,6 +160,14 @@ class DemoConfig:
     margin: float = field(default=5.0, metadata={
         "help": "non-inferiority margin in points: beam search at B 'matches' best-of-4B when the "
                 "95%% interval of their difference lies above minus this"})
+    implicit: bool = field(default=False, metadata={
+        "help": "also train an implicit PRM (Yuan et al. 2024: beta log pi/pi_ref, outcome labels "
+                "only) on the training candidates and report its best-of-N and step AUC as rows "
+                "of their own, not in the claims (prmkit.lab.implicitstage; on 2 cores about as "
+                "long again as the rest)"})
+    implicit_last_k: int = field(default=2, metadata={"help": "--implicit: its trained layers"})
+    implicit_epochs: int = field(default=2, metadata={"help": "--implicit: its epochs"})
+    implicit_lr: float = field(default=2e-4, metadata={"help": "--implicit: its peak learning rate"})
 
     def __post_init__(self) -> None:
         if self.head not in HEADS:
@@ -180,6 +188,9 @@ class DemoConfig:
         if self.select not in summary.PRM_METHODS:
             raise PrmkitError(f"--select {self.select!r} is not one of "
                               f"{', '.join(summary.PRM_METHODS)}")
+        if min(self.implicit_last_k, self.implicit_epochs) < 1 or not self.implicit_lr > 0:
+            raise PrmkitError("--implicit-last-k and --implicit-epochs must be at least 1 and "
+                              "--implicit-lr positive")
         if self.margin < 0:
             raise PrmkitError(f"--margin must be at least 0, got {self.margin}")
         if self.beam_n < 1 or self.beam_m < 1 or self.beam_n % self.beam_m:
@@ -193,7 +204,7 @@ class DemoConfig:
 def run(config: DemoConfig) -> int:
     t0 = time.time()
     out = config.output
-    prepare(out, config, STAGES_VERSION)
+    prepare(out, config, STAGES_VERSION, own=implicitstage.FIELDS)
     say = Printer()
     say(f"prmkit demo: the lab world, seed {config.seed}; files in {out}/")
     world = _world(config, out, say)
@@ -218,11 +229,17 @@ def run(config: DemoConfig) -> int:
     scored = stage(out, "test_scored.jsonl", lambda: score_test(world, prm(), _load(orm_dir, dtype),
                                                              out))
     bon = summary.bestofn_stage(config, scored, say)
+    implicit = implicitstage.implicit_stage(config, os.path.join(out, "train_candidates.jsonl"),
+                                            world.test, out, dtype)
+    figures = None if implicit is None else implicitstage.implicit_figures(
+        config, implicit, world.gold, bon.curve["n"])
+    if figures is not None:
+        say.stage(4, "the implicit PRM: " + implicitstage.implicit_rows(figures)[0][1])
     search = stage_json(out, "search.json", lambda: _search(config, world, prm(), scored))
     say.stage(5, f"search on {search['rows'][0]['problems']} problems: " + "; ".join(
         f"{row['method']} n={row['n']} {row['accuracy']:.1f}% at {row['tokens']:.0f} tokens"
         for row in search["rows"]))
-    result = summary.Results(config, scored, bon, labels, search, world.gold)
+    result = summary.Results(config, scored, bon, labels, search, world.gold, figures)
     summary.finish(result, out, say, time.time() - t0)
     return 0
 

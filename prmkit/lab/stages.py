@@ -29,10 +29,11 @@ class Printer:
         self.t = now
 
 
-def prepare(out: str, config: Any, version: int) -> None:
-    """Reuse ``out`` when it holds a run with the same settings, else start it afresh."""
+def prepare(out: str, config: Any, version: int, own: tuple[str, ...] = ()) -> None:
+    """Reuse ``out`` when it holds a run with the same settings, else start it afresh. The
+    settings named in ``own`` belong to a stage that checks them itself."""
     settings = os.path.join(out, "settings.json")
-    wanted = {**{k: v for k, v in asdict(config).items() if k != "output"},
+    wanted = {**{k: v for k, v in asdict(config).items() if k != "output" and k not in own},
               "stages_version": version}
     if os.path.isdir(out):
         if not os.path.isfile(settings):

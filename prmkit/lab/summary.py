@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from prmkit.lab import claims as lab_claims
+from prmkit.lab.implicitstage import implicit_rows
 from prmkit.records import Record
 
 PRM_METHODS = ("prm-prod", "prm-min", "prm-last")
@@ -48,6 +49,7 @@ class Results:
     labels: Labels
     search: dict[str, Any]
     gold: dict[str, Record]
+    implicit: dict[str, Any] | None = None   # prmkit.lab.implicitstage.implicit_figures
 
 
 def bestofn_stage(config: Any, scored: Sequence[Record], say: Any) -> BestOfN:
@@ -99,7 +101,7 @@ def finish(res: Results, out: str, say: Any, seconds: float) -> None:
         print(f"  {k.ljust(width)}  {v}")
     doc = {"config": asdict(res.config), "prm_step_auc": auc[0], "orm_step_auc": auc[2],
            "claims": lab_claims.claims_json(claims), "summary": dict(rows),
-           "bestofn": res.bon.curve, "search": res.search}
+           "bestofn": res.bon.curve, "search": res.search, "implicit": res.implicit}
     tmp = os.path.join(out, "summary.json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
@@ -153,6 +155,7 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
         how = ("a class head trained at the last step, read at every step"
                if cfg.orm_recipe == "class" else "trained on outcomes only")
         rows.append(("ORM step AUC vs gold labels (test)", f"{orm:.3f} ({how})"))
+    rows += implicit_rows(res.implicit)
     if cfg.calculator:
         alone = step_auc([with_scores(r, calculator_scores(r.steps)) for r in res.scored])
         rows.append(("the calculator alone: step AUC", f"{alone:.3f} (1 until a step's "

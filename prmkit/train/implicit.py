@@ -32,6 +32,7 @@ The trained folder records ``kind: implicit-prm``, the base (the reference) and 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -70,6 +71,10 @@ class ImplicitTrainConfig(TrainConfig):
                 "cumulative reward), cumulative (q_k), or step (per-step reward r_k)"})
     max_pairs_per_group: int = field(default=4, metadata={
         "help": "dpo: at most this many (correct, wrong) pairs per problem"})
+    calculator: bool = field(default=False, metadata={
+        "help": "a calculator checks every equation of a step and writes the value after a "
+                "wrong one ('= 9 [calculator: 8]') into the text the model reads, in training "
+                "and in every later scoring (as train prm --calculator; prmkit.calculator)"})
 
     def __post_init__(self) -> None:
         from prmkit.models.implicit import FORMS
@@ -190,6 +195,8 @@ def train_implicit(cfg: ImplicitTrainConfig) -> list[dict[str, Any]]:
     from prmkit.models.implicit import ImplicitPRM, implicit_format, make_reference
 
     fmt: StepFormat = implicit_format(cfg.format)
+    if cfg.calculator:
+        fmt = dataclasses.replace(fmt, calculator=True)
     train_records = read_records(cfg.data)
     dev = [r for r in read_records(cfg.eval_data)
            if r.is_correct is not None or r.labels_or_first_error()] if cfg.eval_data else []
@@ -248,7 +255,8 @@ def write_card(cfg: ImplicitTrainConfig, fmt: StepFormat, folder: str, metrics: 
         "log ratios inside step k; see prmkit/models/implicit.py.", "",
         f"- policy: `{cfg.base}`, trained: {trained}",
         f"- reference (frozen): `{cfg.base}`; beta = {cfg.beta}",
-        f"- objective: `{cfg.objective}`; text layout: `{fmt.name}`",
+        f"- objective: `{cfg.objective}`; text layout: `{fmt.name}`"
+        f"{'; the calculator notes wrong equations' if fmt.calculator else ''}",
         f"- score() returns: `{cfg.score_form}` (probability = sigmoid of the cumulative reward)",
         f"- training data: `{cfg.data}` ({n_train} {'solutions' if cfg.objective == 'ce' else 'pairs'});"
         f" dev data: `{cfg.eval_data}` ({n_dev} records)",

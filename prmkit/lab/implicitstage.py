@@ -1,0 +1,131 @@
+"""The lab demo's implicit PRM (``prmkit demo --implicit``): its own rows in the summary.
+
+Yuan et al. 2024, "Free Process Rewards without Process Labels" (arXiv 2412.01981): a language
+model trained as an outcome reward model on r = beta * log(pi/pi_ref) gives step rewards for
+free, the token log ratios summed over each step (:mod:`prmkit.models.implicit`, ``prmkit train
+implicit-prm``). Here it learns from the training candidates' outcome labels, the ORM's data, with
+the calculator's notes when the PRM and the ORM read them, and scores the test candidates. Its
+best-of-N (the product, the minimum and the last of its step scores, Let's Verify's protocol as
+for the PRM) and its step AUC against the gold labels are reported beside theirs.
+
+It is not part of the claims. They compare the PRM with Let's Verify's ORM on the same budget
+(heads on one frozen body); the implicit PRM trains layers of the body (``--implicit-last-k``)
+and reads every candidate twice, through the policy and the reference, so it costs far more:
+on 2 cores about as much again as the rest of the demo. Off by default.
+
+The stage keeps its settings in ``implicit/settings.json``: turning ``--implicit`` on for a
+finished demo reuses every other stage, and changing the implicit PRM's settings redoes only
+this one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any, Sequence
+
+from prmkit.records import Record
+
+# The DemoConfig fields that only this stage reads: they are not part of the demo's own settings.
+FIELDS = ("implicit", "implicit_last_k", "implicit_epochs", "implicit_lr")
+SCORED = "implicit_scored.jsonl"
+METHODS = ("prm-prod", "prm-min", "prm-last")
+
+
+def implicit_stage(config: Any, train_data: str, test: Sequence[Record], out: str,
+                   dtype: str) -> list[Record] | None:
+    """The test candidates scored by the implicit PRM (trained first), or None when off."""
+    from prmkit.lab.stages import stage
+
+    if not config.implicit:
+        return None
+    folder = os.path.join(out, "implicit")
+    _reset_if_changed(config, folder, os.path.join(out, SCORED))
+    _train(config, train_data, folder)
+    return stage(out, SCORED, lambda: _score(os.path.join(folder, "last"), test, dtype))
+
+
+def _reset_if_changed(config: Any, folder: str, scored: str) -> None:
+    """Start this stage afresh when its settings differ from those its files were made with."""
+    path = os.path.join(folder, "settings.json")
+    wanted = {k: getattr(config, k) for k in FIELDS}
+    try:
+        with open(path, encoding="utf-8") as f:
+            same = json.load(f) == wanted
+    except (OSError, ValueError):
+        same = False
+    if not same:
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.path.exists(scored):
+            os.unlink(scored)
+        os.makedirs(folder, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(wanted, f, indent=2)
+
+
+def _train(config: Any, train_data: str, folder: str) -> None:
+    from prmkit.models.reading import fast_dtype
+    from prmkit.train.implicit import ImplicitTrainConfig, train_implicit
+    from prmkit.train.loop import LoopConfig
+
+    if os.path.isfile(os.path.join(folder, "done.json")):
+        return
+    loop = LoopConfig(last_k=config.implicit_last_k, lr=config.implicit_lr,
+                      epochs=config.implicit_epochs, batch_tokens=2048, seed=config.seed,
+                      resume=True)
+    # plain text ("lines"): the problem, then one step per line, as a base model reads it
+    train_implicit(ImplicitTrainConfig(base=config.base, data=train_data, output=folder,
+                                       format="lines", dtype=fast_dtype(), loop=loop,
+                                       calculator=config.calculator, command="prmkit demo"))
+    with open(os.path.join(folder, "done.json"), "w", encoding="utf-8") as f:
+        json.dump({"kind": "implicit-prm"}, f)
+
+
+def _score(path: str, test: Sequence[Record], dtype: str) -> list[Record]:
+    from prmkit.models.implicit import load_implicit_prm
+    from prmkit.models.reading import HFConfig
+    from prmkit.progress import progress
+
+    prm = load_implicit_prm(path, config=HFConfig(dtype=dtype))
+    scored: list[Record] = []
+    with progress(total=len(test), desc="demo: scoring with the implicit PRM", unit="rec") as bar:
+        for start in range(0, len(test), 64):
+            part = test[start:start + 64]
+            for r, s in zip(part, prm.score([r.problem for r in part], [r.steps for r in part])):
+                scored.append(Record(**{**r.to_dict(), "step_scores": s}))
+            bar.update(len(part))
+    return scored
+
+
+def implicit_figures(config: Any, scored: Sequence[Record], gold: dict[str, Record],
+                     ns: Sequence[int]) -> dict[str, Any]:
+    """Its best-of-N at ``ns`` (by prod, min and last, the PRM's protocol and draws) and its
+    step AUC against the gold labels."""
+    from prmkit.evaluate import bestofn
+    from prmkit.evaluate.stepwise import auc
+
+    curve = bestofn.curve(list(scored), bestofn.BestOfNConfig(n=list(ns), draws=200,
+                                                              seed=config.seed,
+                                                              methods=list(METHODS)))
+    pairs = [(s, y >= 0.5) for r in scored
+             for s, y in zip(r.step_scores or [], gold[r.id].labels or [])
+             if s is not None and y is not None]
+    return {"best_of_n": {m: curve["methods"][m][-1]["accuracy"] for m in METHODS},
+            "n": curve["n"][-1], "curve": curve["methods"],
+            "step_auc": auc([s for s, _ in pairs], [y for _, y in pairs]),
+            "trained": f"the last {config.implicit_last_k} layers, {config.implicit_epochs} "
+                       f"epoch(s) at lr {config.implicit_lr}"}
+
+
+def implicit_rows(figures: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The summary's rows for the implicit PRM (none when it did not run)."""
+    if figures is None:
+        return []
+    best = figures["best_of_n"]
+    auc = figures["step_auc"]
+    return [(f"best-of-{figures['n']} accuracy, implicit PRM (prod / min / last)",
+             " / ".join(f"{best[m]:.1f}%" for m in METHODS)),
+            ("implicit PRM step AUC vs gold labels (test)",
+             ("-" if auc is None else f"{auc:.3f}") + f" (outcome labels only; "
+             f"{figures['trained']}; not in the claims)")]
