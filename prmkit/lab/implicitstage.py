@@ -25,6 +25,7 @@ import os
 import shutil
 from typing import Any, Sequence
 
+from prmkit.lab.stages import same_settings, stage
 from prmkit.records import Record
 
 # The DemoConfig fields that only this stage reads: they are not part of the demo's own settings.
@@ -36,8 +37,6 @@ METHODS = ("prm-prod", "prm-min", "prm-last")
 def implicit_stage(config: Any, train_data: str, test: Sequence[Record], out: str,
                    dtype: str) -> list[Record] | None:
     """The test candidates scored by the implicit PRM (trained first), or None when off."""
-    from prmkit.lab.stages import stage
-
     if not config.implicit:
         return None
     folder = os.path.join(out, "implicit")
@@ -50,12 +49,7 @@ def _reset_if_changed(config: Any, folder: str, scored: str) -> None:
     """Start this stage afresh when its settings differ from those its files were made with."""
     path = os.path.join(folder, "settings.json")
     wanted = {k: getattr(config, k) for k in FIELDS}
-    try:
-        with open(path, encoding="utf-8") as f:
-            same = json.load(f) == wanted
-    except (OSError, ValueError):
-        same = False
-    if not same:
+    if not same_settings(path, wanted):
         shutil.rmtree(folder, ignore_errors=True)
         if os.path.exists(scored):
             os.unlink(scored)

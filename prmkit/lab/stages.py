@@ -42,11 +42,7 @@ def prepare(out: str, config: Any, version: int, own: tuple[str, ...] = ()) -> N
                                   f"choose another --output")
             same = False
         else:
-            try:
-                with open(settings, encoding="utf-8") as f:
-                    same = json.load(f) == wanted
-            except (OSError, ValueError):
-                same = False
+            same = same_settings(settings, wanted)
         if not same:
             shutil.rmtree(out)
         else:
@@ -55,6 +51,15 @@ def prepare(out: str, config: Any, version: int, own: tuple[str, ...] = ()) -> N
     os.makedirs(out, exist_ok=True)
     with open(settings, "w", encoding="utf-8") as f:
         json.dump(wanted, f, indent=2)
+
+
+def same_settings(path: str, wanted: dict[str, Any]) -> bool:
+    """Whether the JSON file ``path`` holds exactly ``wanted`` (False when missing or unreadable)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f) == wanted
+    except (OSError, ValueError):
+        return False
 
 
 def stage(out: str, name: str, make: Callable[[], list[Record]]) -> list[Record]:
