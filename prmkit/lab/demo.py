@@ -165,9 +165,11 @@ class DemoConfig:
                 "only) on the training candidates and report its best-of-N and step AUC as rows "
                 "of their own, not in the claims (prmkit.lab.implicitstage; on 2 cores about as "
                 "long again as the rest)"})
-    implicit_last_k: int = field(default=2, metadata={"help": "--implicit: its trained layers"})
-    implicit_epochs: int = field(default=2, metadata={"help": "--implicit: its epochs"})
-    implicit_lr: float = field(default=2e-4, metadata={"help": "--implicit: its peak learning rate"})
+    implicit_last_k: int = field(default=2, metadata={
+        "help": "--implicit: the implicit PRM's trained layers, the base's last k and its final norm"})
+    implicit_epochs: int = field(default=2, metadata={"help": "--implicit: the implicit PRM's epochs"})
+    implicit_lr: float = field(default=2e-4, metadata={
+        "help": "--implicit: the implicit PRM's peak learning rate"})
 
     def __post_init__(self) -> None:
         if self.head not in HEADS:
