@@ -127,6 +127,46 @@ def test_share_frozen_keeps_one_copy_of_the_frozen_weights():
         share_frozen(other, torch.nn.Linear(2, 2), set())
 
 
+def last_k_pair():
+    """A policy trained in its top layer only (its bottom the reference's own tensors)."""
+    policy = tiny.causal_lm(seed=1)
+    set_trainable(policy, LoopConfig(train="last-k", last_k=1))
+    reference = make_reference(policy, "last-k")
+    with torch.no_grad():
+        for p in policy.model.layers[1].parameters():
+            p.add_(0.05 * torch.randn_like(p))       # what training would have moved
+    return policy, reference
+
+
+def test_a_last_k_policy_reads_the_shared_layers_once_and_equals_the_definition(monkeypatch):
+    from prmkit.models import implicit, sharedbody
+
+    policy, reference = last_k_pair()
+    assert sharedbody.shared_bottom(policy, reference) == 1
+    assert sharedbody.shared_bottom(*pair()) == 0            # two models share nothing
+    scorer = ImplicitPRM(policy, reference, tiny.tokenizer(), implicit_format("lines"), BETA,
+                         HFConfig(dtype="float32", token_budget=64))
+    calls = []
+    real = implicit.shared_logps
+    monkeypatch.setattr(implicit, "shared_logps", lambda *a: calls.append(1) or real(*a))
+    problems, steps = PROBLEMS * 3, STEPS * 3                # several batches
+    rewards = scorer.rewards(problems, steps)
+    assert scorer.shared is True and len(calls) == scorer.stats.forwards > 1
+    for p, s, rw in zip(problems, steps, rewards):
+        assert rw.step_rewards == pytest.approx(slow_rewards(scorer, p, s), abs=1e-5)
+
+    # a wrong shortcut (here: the policy's log-probabilities off by 0.01) fails the first
+    # batch's check, and every batch is read whole
+    monkeypatch.setattr(implicit, "shared_logps",
+                        lambda *a: (lambda pr: (pr[0] + 0.01, pr[1]))(real(*a)))
+    wrong = ImplicitPRM(policy, reference, tiny.tokenizer(), implicit_format("lines"), BETA,
+                        HFConfig(dtype="float32", token_budget=64))
+    again = wrong.rewards(problems, steps)
+    assert wrong.shared is False
+    for a, b in zip(again, rewards):
+        assert a.step_rewards == pytest.approx(b.step_rewards, abs=1e-6)
+
+
 def test_lora_reference_is_the_policy_with_adapters_off():
     pytest.importorskip("peft")
     model = set_trainable(tiny.causal_lm(), LoopConfig(train="lora", lora_r=2))

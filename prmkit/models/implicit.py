@@ -55,6 +55,7 @@ from typing import Any, Iterator, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.models.base import collect
 from prmkit.models.body import backbone as body_of
+from prmkit.models.sharedbody import head_logps, shared_logps
 from prmkit.models import folder
 from prmkit.models.reading import (HFConfig, ScoreStats, encode_or_warn, pad_right, torch_dtype,
                                    prefix_encodings, token_budget_batches)
@@ -62,7 +63,9 @@ from prmkit.stepformat import BoundFormat, Encoded, StepFormat, get_format
 
 FORMS = ("probability", "cumulative", "step")
 KIND = "implicit-prm"
-HEAD_CHUNK = 512  # response positions per slice of the vocabulary projection
+# the first batch read through the shared bottom layers must give the two whole passes' log
+# ratios to within this (float32 rounding of the same sums in another order)
+SHARED_TOLERANCE = 1e-4
 
 
 def _formats() -> dict[str, StepFormat]:
@@ -107,9 +110,9 @@ def _core(model: Any) -> Any:
 def token_logps(model: Any, ids: Any, attn: Any, rows: Any, cols: Any, via: Any = None) -> Any:
     """log pi(ids[r, c] | ids[r, :c]) for each (r, c), c >= 1, as float32.
 
-    Only the hidden states at the positions before the wanted tokens go through the LM head,
-    ``HEAD_CHUNK`` rows at a time; under autograd each chunk is recomputed in the backward pass
-    instead of keeping its logits. ``via`` (a DDP wrapper) takes the plain full forward.
+    Only the hidden states at the positions before the wanted tokens go through the LM head
+    (:func:`prmkit.models.sharedbody.head_logps`). ``via`` (a DDP wrapper) takes the plain full
+    forward.
     """
     import torch
 
@@ -124,21 +127,7 @@ def token_logps(model: Any, ids: Any, attn: Any, rows: Any, cols: Any, via: Any 
         logits = (via or model)(input_ids=ids, attention_mask=attn).logits[rows, cols - 1].float()
         return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
     hidden = backbone(input_ids=ids, attention_mask=attn).last_hidden_state[rows, cols - 1]
-
-    def chunk(h: Any, t: Any) -> Any:
-        logits = head(h).float()
-        return logits.gather(-1, t[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
-
-    out = []
-    for s in range(0, hidden.shape[0], HEAD_CHUNK):
-        h, t = hidden[s:s + HEAD_CHUNK], targets[s:s + HEAD_CHUNK]
-        if torch.is_grad_enabled() and h.requires_grad:
-            from torch.utils.checkpoint import checkpoint
-
-            out.append(checkpoint(chunk, h, t, use_reentrant=False))
-        else:
-            out.append(chunk(h, t))
-    return torch.cat(out) if out else torch.zeros(0, device=ids.device)
+    return head_logps(head, hidden, targets)
 
 
 def response_positions(encs: Sequence[Encoded], starts: Sequence[int],
@@ -243,6 +232,8 @@ class ImplicitPRM:
         self.pad_id = next((i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id) if i is not None), 0)
         self.device = next(policy.parameters()).device
         self._heads: dict[str, int] = {}
+        # the shared-bottom pass: None until the first batch checks it, then True or False
+        self.shared: bool | None = None
 
     # -- the protocol -----------------------------------------------------------------------
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
@@ -315,18 +306,39 @@ class ImplicitPRM:
         self.stats.real_tokens += int(mask.sum())
         self.stats.computed_tokens += ids.numel()
         ids = ids.to(self.device)
-        attn = None  # right padding after every real token: a causal model needs no mask
+        # right padding after every real token: a causal model needs no mask
         r = torch.tensor(rows, dtype=torch.long, device=self.device)
         c = torch.tensor(cols, dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            policy = token_logps(self.model, ids, attn, r, c)
-            with self._reference() as ref_model:
-                reference = token_logps(ref_model, ids, attn, r, c)
+            both = self._shared(ids, r, c)
+            if both is None:
+                both = self._whole(ids, r, c)
+        policy, reference = both
         values = (self.beta * (policy.double() - reference.double())).cpu().tolist()
         out: list[list[float]] = [[] for _ in encs]
         for b, v in zip(rows, values):
             out[b].append(v)
         return out
+
+    def _whole(self, ids: Any, r: Any, c: Any) -> tuple[Any, Any]:
+        """Both models' log-probabilities, each model read whole."""
+        policy = token_logps(self.model, ids, None, r, c)
+        with self._reference() as ref_model:
+            return policy, token_logps(ref_model, ids, None, r, c)
+
+    def _shared(self, ids: Any, r: Any, c: Any) -> tuple[Any, Any] | None:
+        """Both through their shared bottom layers once (:mod:`prmkit.models.sharedbody`), or
+        None. The first batch is checked against :meth:`_whole`; a difference turns it off."""
+        if self.shared is False or self.reference is None:
+            return None
+        both = shared_logps(_core(self.model), self.reference, ids, r, c)
+        if both is not None and self.shared is None:
+            whole = self._whole(ids, r, c)
+            self.shared = all(bool((a.double() - b.double()).abs().max() <= SHARED_TOLERANCE)
+                              for a, b in zip(both, whole) if a.numel())
+            return whole
+        self.shared = self.shared if both is not None else False
+        return both
 
     def _reference(self) -> Any:
         if self.reference is not None:
