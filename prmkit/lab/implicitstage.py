@@ -10,8 +10,9 @@ for the PRM) and its step AUC against the gold labels are reported beside theirs
 
 It is not part of the claims. They compare the PRM with Let's Verify's ORM on the same budget
 (heads on one frozen body); the implicit PRM trains layers of the body (``--implicit-last-k``)
-and reads every candidate twice, through the policy and the reference, so it costs far more:
-on 2 cores about as much again as the rest of the demo. Off by default.
+and reads every candidate through both the policy and the reference (the layers they share once,
+:mod:`prmkit.models.sharedbody`), so it costs far more: on 2 cores about as much again as the
+rest of the demo. Off by default.
 
 The stage keeps its settings in ``implicit/settings.json``: turning ``--implicit`` on for a
 finished demo reuses every other stage, and changing the implicit PRM's settings redoes only

@@ -63,8 +63,8 @@ from prmkit.stepformat import BoundFormat, Encoded, StepFormat, get_format
 
 FORMS = ("probability", "cumulative", "step")
 KIND = "implicit-prm"
-# the first batch read through the shared bottom layers must give the two whole passes' log
-# ratios to within this (float32 rounding of the same sums in another order)
+# the first batch read through the shared bottom layers must give the two whole passes'
+# log-probabilities to within this (rounding of the same sums in another order)
 SHARED_TOLERANCE = 1e-4
 
 
