@@ -334,8 +334,9 @@ class ImplicitPRM:
         both = shared_logps(_core(self.model), self.reference, ids, r, c)
         if both is not None and self.shared is None:
             whole = self._whole(ids, r, c)
-            self.shared = all(bool((a.double() - b.double()).abs().max() <= SHARED_TOLERANCE)
-                              for a, b in zip(both, whole) if a.numel())
+            if both[0].numel():              # a batch with no response token checks nothing
+                self.shared = all(bool((a.double() - b.double()).abs().max() <= SHARED_TOLERANCE)
+                                  for a, b in zip(both, whole))
             return whole
         self.shared = self.shared if both is not None else False
         return both
