@@ -236,7 +236,7 @@ def run(config: DemoConfig) -> int:
     figures = None if implicit is None else implicitstage.implicit_figures(
         config, implicit, world.gold, bon.curve["n"])
     if figures is not None:
-        say.stage(4, "; ".join(f"{k}: {v}" for k, v in implicitstage.implicit_rows(figures)))
+        say.stage(4, "; ".join(f"{k}: {v}" for k, v in summary.implicit_rows(figures)))
     search = stage_json(out, "search.json", lambda: _search(config, world, prm(), scored))
     say.stage(5, f"search on {search['rows'][0]['problems']} problems: " + "; ".join(
         f"{row['method']} n={row['n']} {row['accuracy']:.1f}% at {row['tokens']:.0f} tokens"

@@ -27,12 +27,12 @@ import shutil
 from typing import Any, Sequence
 
 from prmkit.lab.stages import same_settings, stage
+from prmkit.lab.summary import PRM_METHODS, step_auc
 from prmkit.records import Record
 
 # The DemoConfig fields that only this stage reads: they are not part of the demo's own settings.
 FIELDS = ("implicit", "implicit_last_k", "implicit_epochs", "implicit_lr")
 SCORED = "implicit_scored.jsonl"
-METHODS = ("prm-prod", "prm-min", "prm-last")
 
 
 def implicit_stage(config: Any, train_data: str, test: Sequence[Record], out: str,
@@ -98,29 +98,13 @@ def implicit_figures(config: Any, scored: Sequence[Record], gold: dict[str, Reco
     """Its best-of-N at ``ns`` (by prod, min and last, the PRM's protocol and draws) and its
     step AUC against the gold labels."""
     from prmkit.evaluate import bestofn
-    from prmkit.evaluate.stepwise import auc
 
     curve = bestofn.curve(list(scored), bestofn.BestOfNConfig(n=list(ns), draws=200,
                                                               seed=config.seed,
-                                                              methods=list(METHODS)))
-    pairs = [(s, y >= 0.5) for r in scored
-             for s, y in zip(r.step_scores or [], gold[r.id].labels or [])
-             if s is not None and y is not None]
-    return {"best_of_n": {m: curve["methods"][m][-1]["accuracy"] for m in METHODS},
+                                                              methods=list(PRM_METHODS)))
+    labelled = [Record(**{**r.to_dict(), "labels": gold[r.id].labels}) for r in scored]
+    return {"best_of_n": {m: curve["methods"][m][-1]["accuracy"] for m in PRM_METHODS},
             "n": curve["n"][-1], "curve": curve["methods"],
-            "step_auc": auc([s for s, _ in pairs], [y for _, y in pairs]),
+            "step_auc": step_auc(labelled),
             "trained": f"the last {config.implicit_last_k} layers, {config.implicit_epochs} "
                        f"epoch(s) at lr {config.implicit_lr}"}
-
-
-def implicit_rows(figures: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """The summary's rows for the implicit PRM (none when it did not run)."""
-    if figures is None:
-        return []
-    best = figures["best_of_n"]
-    auc = figures["step_auc"]
-    return [(f"best-of-{figures['n']} accuracy, implicit PRM (prod / min / last)",
-             " / ".join(f"{best[m]:.1f}%" for m in METHODS)),
-            ("implicit PRM step AUC vs gold labels (test)",
-             ("-" if auc is None else f"{auc:.3f}") + f" (outcome labels only; "
-             f"{figures['trained']}; not in the claims)")]

@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from prmkit.lab import claims as lab_claims
-from prmkit.lab.implicitstage import implicit_rows
 from prmkit.records import Record
 
 PRM_METHODS = ("prm-prod", "prm-min", "prm-last")
@@ -176,6 +175,20 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
          f"{beam['tokens']:.0f} / {bon['tokens']:.0f}"),
     ]
     return rows + label_rows(res.labels)
+
+
+def implicit_rows(figures: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The summary's rows for the implicit PRM (:mod:`prmkit.lab.implicitstage`; none when it
+    did not run)."""
+    if figures is None:
+        return []
+    best = figures["best_of_n"]
+    auc = figures["step_auc"]
+    return [(f"best-of-{figures['n']} accuracy, implicit PRM (prod / min / last)",
+             " / ".join(f"{best[m]:.1f}%" for m in PRM_METHODS)),
+            ("implicit PRM step AUC vs gold labels (test)",
+             ("-" if auc is None else f"{auc:.3f}") + f" (outcome labels only; "
+             f"{figures['trained']}; not in the claims)")]
 
 
 def label_rows(labels: Labels) -> list[tuple[str, str]]:

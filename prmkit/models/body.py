@@ -18,6 +18,28 @@ def backbone(model: Any, default: Any = None) -> Any:
     return getattr(model, getattr(model, "base_model_prefix", "model"), default)
 
 
+def changes_logits(model: Any) -> bool:
+    """Whether the model changes its logits beyond its head (Gemma 2's softcapping, a logit
+    scale), so that the head on the body's states is not its forward's logits."""
+    config = model.config
+    return any(getattr(config, a, None) for a in ("final_logit_softcapping", "logit_scale"))
+
+
+@contextmanager
+def layers_from(body: Any, start: int) -> Iterator[None]:
+    """Inside the block the body's layer list is its layers from ``start`` on (none when
+    ``start`` is their number): a forward given the input of layer ``start`` as
+    ``inputs_embeds`` runs only those."""
+    import torch
+
+    layers = body.layers
+    body.layers = torch.nn.ModuleList(layers[start:])
+    try:
+        yield
+    finally:
+        body.layers = layers
+
+
 @contextmanager
 def caught_hidden(body: Any) -> Iterator[list[Any]]:
     """The final hidden states ``body`` gives in the forwards inside the block (a list, filled

@@ -54,7 +54,7 @@ from typing import Any, Iterator, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.models.base import collect
-from prmkit.models.body import backbone as body_of
+from prmkit.models.body import backbone as body_of, changes_logits
 from prmkit.models.sharedbody import head_logps, shared_logps
 from prmkit.models import folder
 from prmkit.models.reading import (HFConfig, ScoreStats, encode_or_warn, pad_right, torch_dtype,
@@ -118,11 +118,9 @@ def token_logps(model: Any, ids: Any, attn: Any, rows: Any, cols: Any, via: Any 
 
     targets = ids[rows, cols]
     core = _core(model)
-    mc = core.config
     head = core.get_output_embeddings()
     backbone = body_of(core)
-    plain = via is not None or head is None or backbone is None or any(
-        getattr(mc, a, None) for a in ("final_logit_softcapping", "logit_scale"))
+    plain = via is not None or head is None or backbone is None or changes_logits(core)
     if plain:
         logits = (via or model)(input_ids=ids, attention_mask=attn).logits[rows, cols - 1].float()
         return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)

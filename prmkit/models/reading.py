@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.models.body import backbone as body_of
+from prmkit.models.body import backbone as body_of, changes_logits
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat
 
 log = logging.getLogger("prmkit")
@@ -227,11 +227,9 @@ class Reader:
 
             self.surprisal = Surprisal(model)
         if step_format.reading == "label-tokens":
-            mc = model.config
             lm_head = model.get_output_embeddings()
             backbone = body_of(model)
-            modifies_logits = any(getattr(mc, a, None) for a in ("final_logit_softcapping", "logit_scale"))
-            if lm_head is not None and backbone is not None and not modifies_logits:
+            if lm_head is not None and backbone is not None and not changes_logits(model):
                 # only the read positions go through the vocabulary projection
                 self.backbone, self.lm_head = backbone, lm_head
 

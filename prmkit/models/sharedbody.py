@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prmkit.models.body import backbone
+from prmkit.models.body import backbone, changes_logits, layers_from
 
 HEAD_CHUNK = 512  # positions per slice of the vocabulary projection
 
@@ -67,11 +67,8 @@ def shared_logps(policy: Any, reference: Any, ids: Any, rows: Any, cols: Any,
     """(log pi, log pi_ref) of ``ids[rows, cols]`` given the ids before each, the shared bottom
     layers run once; None when the two share no bottom (:func:`shared_bottom`) or a model
     changes its logits beyond its head (softcapping, a logit scale)."""
-    import torch
-
     n = shared_bottom(policy, reference)
-    if not n or any(getattr(m.config, a, None) for m in (policy, reference)
-                    for a in ("final_logit_softcapping", "logit_scale")):
+    if not n or changes_logits(policy) or changes_logits(reference):
         return None
     heads = policy.get_output_embeddings(), reference.get_output_embeddings()
     if heads[0] is None or heads[1] is None:
@@ -79,12 +76,8 @@ def shared_logps(policy: Any, reference: Any, ids: Any, rows: Any, cols: Any,
     mine, theirs = backbone(policy), backbone(reference)
     out = theirs(input_ids=ids, output_hidden_states=True)
     middle = out.hidden_states[n]          # entry n is the input of layer n
-    layers = mine.layers
-    mine.layers = torch.nn.ModuleList(layers[n:])
-    try:
+    with layers_from(mine, n):
         top = mine(inputs_embeds=middle).last_hidden_state
-    finally:
-        mine.layers = layers
     targets = ids[rows, cols]
     return (head_logps(heads[0], top[rows, cols - 1], targets),
             head_logps(heads[1], out.last_hidden_state[rows, cols - 1], targets))

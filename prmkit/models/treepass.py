@@ -326,7 +326,7 @@ def tree_survival(prm: Any, rows: Sequence[Sequence[Segment]], ids: Any, mask: A
     reader, p = prm.reader, prm.format.positive_class
     kwargs = dict(input_ids=ids, attention_mask=mask, position_ids=positions)
     prev = torch.arange(-1, ids.shape[1] - 1, device=ids.device).repeat(ids.shape[0], 1)
-    starts = []
+    starts, lengths = [], []
     for b, row in enumerate(rows):
         at = 0
         for seg, before in zip(row, path_before(row)):
@@ -334,6 +334,7 @@ def tree_survival(prm: Any, rows: Sequence[Sequence[Segment]], ids: Any, mask: A
                 prev[b, at] = -1 if before is None else before
                 starts.append((b, at, len(seg.ids), before))
             at += len(seg.ids)
+        lengths.append(at)
     if reader.surprisal is None:
         from prmkit.models.reading import head_logits
 
@@ -347,8 +348,8 @@ def tree_survival(prm: Any, rows: Sequence[Sequence[Segment]], ids: Any, mask: A
         previous = hidden[rows_ix, prev.clamp(min=0)]        # the path's previous state
         # the vocabulary projection on real tokens only: padding's keep logits are never read
         real = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
-        for b, row in enumerate(rows):
-            real[b, :sum(len(s.ids) for s in row)] = True
+        for b, n in enumerate(lengths):
+            real[b, :n] = True
         pairs = torch.stack([previous[real], hidden[real]], dim=1)
         tokens = torch.stack([ids[real], ids[real]], dim=1)
         feats = torch.zeros((*ids.shape, len(FEATURES)), device=ids.device)

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.models.body import backbone
+from prmkit.models.body import backbone, layers_from
 from prmkit.train.common import read_index, read_logits
 from prmkit.train.loop import Example, transformer_layers
 
@@ -82,13 +82,12 @@ class FrozenLayers:
         import torch
 
         norm = getattr(self.base, "norm", None)
-        self.base.layers = torch.nn.ModuleList(self.all[len(self.all) - self.k:] if self.k else [])
         if self.k == 0:
             self.base.norm = torch.nn.Identity()
         try:
-            yield
+            with layers_from(self.base, len(self.all) - self.k):
+                yield
         finally:
-            self.base.layers = self.all
             if self.k == 0:
                 self.base.norm = norm
 
