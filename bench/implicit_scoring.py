@@ -1,5 +1,5 @@
 """Scoring with a last-k implicit PRM: the policy and its reference through their shared bottom
-layers once (prmkit.models.sharedbody) against each model read whole, in one run.
+layers once (prmkit.models.backends.sharedbody) against each model read whole, in one run.
 
 Needs a last-k implicit PRM folder and records to score; ``prmkit demo --implicit`` writes both
 (``demo_out/implicit/last``, ``demo_out/test_candidates.jsonl``). The two ways are timed in
@@ -17,7 +17,7 @@ import os
 import statistics
 import time
 
-from prmkit.models.implicit import load_implicit_prm
+from prmkit.models.backends.implicit import load_implicit_prm
 from prmkit.models.reading import HFConfig
 from prmkit.records import read_records
 

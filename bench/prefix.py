@@ -1,4 +1,4 @@
-"""Prefix sharing (prmkit/models/shared.py, prmkit/generate/prefixcache.py), both sides in one run.
+"""Prefix sharing (prmkit/models/sharing/prefix.py, prmkit/generate/prefixcache.py), both sides in one run.
 
 Parts (``--part``, default all):
 
@@ -63,7 +63,7 @@ def gsm8k(problems: int):
 
 
 def offline_side(prm, recs, repeats):
-    from prmkit.models.shared import ShareStats, score_shared
+    from prmkit.models.sharing.prefix import ShareStats, score_shared
 
     problems, steps, groups = [r.problem for r in recs], [r.steps for r in recs], [r.group for r in recs]
     best = {}
@@ -111,7 +111,7 @@ def offline(args):
 
 
 def serve_side(prm, share, groups, concurrency):
-    from prmkit.models.remote import RemotePRM
+    from prmkit.models.backends.remote import RemotePRM
     from prmkit.serve.app import ServerThread, create_app
     from prmkit.serve.config import ServeConfig
 
@@ -220,10 +220,10 @@ def mc(args):
 
 
 def tokens(args):
-    from prmkit.models.hf import load_hf_prm, token_budget_batches
+    from prmkit.models.backends.hf import load_hf_prm, token_budget_batches
     from prmkit.models.load import open_prm
     from prmkit.models.reading import HFConfig
-    from prmkit.models.shared import SharedPrefixScorer
+    from prmkit.models.sharing.prefix import SharedPrefixScorer
 
     prm = open_prm(None, config=HFConfig(dtype="bfloat16"))
     scorer = SharedPrefixScorer(prm)

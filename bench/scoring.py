@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from prmkit.models.hf import HFConfig, load_hf_prm, pad_right
+from prmkit.models.backends.hf import HFConfig, load_hf_prm, pad_right
 from prmkit.shareddata import shared_data_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -44,7 +44,7 @@ def lab_problems(n: int, min_steps: int, max_steps: int, seed: int):
 
 
 def kv_reuse(args, policy, prompter, prm, label: str = "") -> tuple[int, int]:
-    from prmkit.models.incremental import IncrementalPRM
+    from prmkit.models.sharing.incremental import IncrementalPRM
     from prmkit.search import BeamConfig, beam_search
 
     problems = lab_problems(args.kv_problems, args.kv_min_steps, args.kv_max_steps, seed=7)
@@ -189,7 +189,7 @@ def main() -> None:
 
     from prmkit.generate.load import load_policy
     from prmkit.lab import GoldPRM
-    from prmkit.models.hf import HFConfig, load_hf_prm
+    from prmkit.models.backends.hf import HFConfig, load_hf_prm
     from prmkit.models.pypi import DEFAULT_PRM_DIR
 
     torch.set_num_threads(args.threads)
@@ -201,7 +201,7 @@ def main() -> None:
     if not args.skip_kv:
         import dataclasses
 
-        from prmkit.models.hf import HFPRM
+        from prmkit.models.backends.hf import HFPRM
         from prmkit.stepformat import PRESETS
 
         prm32 = load_hf_prm(DEFAULT_PRM_DIR, config=HFConfig(dtype="float32"))

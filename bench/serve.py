@@ -36,8 +36,8 @@ import time
 
 import torch
 
-from prmkit.models.hf import HFConfig, load_hf_prm
-from prmkit.models.remote import RemotePRM
+from prmkit.models.backends.hf import HFConfig, load_hf_prm
+from prmkit.models.backends.remote import RemotePRM
 from prmkit.serve.app import ServerThread, create_app
 from prmkit.serve.batcher import BatcherConfig
 from prmkit.serve.config import ServeConfig

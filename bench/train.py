@@ -68,7 +68,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from prmkit import formats  # noqa: E402
-from prmkit.models.hf import HFConfig, HFPRM, Reader  # noqa: E402
+from prmkit.models.backends.hf import HFConfig, HFPRM, Reader  # noqa: E402
 from prmkit.records import Record, write_records  # noqa: E402
 from prmkit.models import folder as modeldir  # noqa: E402
 from prmkit.train.loop import (Loop, LoopConfig, set_trainable, trainable_names,  # noqa: E402

@@ -2,7 +2,7 @@
 
 A small language model cannot do arithmetic: SmolLM2-135M's own probability of a subtraction's
 stated result tells a right result from one off by 1, 2 or 10 with AUC 0.60 (the lab world,
-measured 2026-12-01), so no head on its states can see a wrong subtraction, and no amount of
+docs/lab.md), so no head on its states can see a wrong subtraction, and no amount of
 step labels teaches it in a CPU budget. A calculator can. Verifiers have read calculators
 since GSM8K: Cobbe et al. 2021 ("Training Verifiers to Solve Math Word Problems") annotate
 every calculation ``<<a*b=c>>``; Li et al. 2024 ("Tool-Augmented Reward Modeling", ICLR) give a

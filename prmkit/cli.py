@@ -7,6 +7,7 @@ User mistakes (bad input lines, missing files, wrong options) are printed as one
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import sys
@@ -51,6 +52,8 @@ def _add_convert(sub: Any) -> None:
     add_config_options(p, formats.ConvertOptions, skip=("prm800k_neutral", "prmbench_later_steps"))
     p.add_argument("--prmbench-later-steps", choices=["null", "0", "1"], default="null",
                    help=opt["prmbench_later_steps"])
+    p.add_argument("--limit", type=int, default=None,
+                   help="convert only the first N records (to try a tool on a few hundred)")
     p.add_argument("input", metavar="IN", help="input file ('-' for standard input)")
     p.add_argument("output", metavar="OUT", help="output file ('-' for standard output)")
     p.set_defaults(run=_run_convert)
@@ -63,8 +66,11 @@ def _run_convert(args: argparse.Namespace) -> int:
     options = config_from_args(formats.ConvertOptions, args,
                                prm800k_neutral=value[args.prm800k_neutral],
                                prmbench_later_steps=value[args.prmbench_later_steps])
-    # Read (and validate) the whole input first: a bad line is reported before any output.
-    records = list(formats.read(args.src, args.input, options))
+    if args.limit is not None and args.limit < 1:
+        raise PrmkitError(f"--limit must be at least 1, got {args.limit}")
+    # Read (and validate) the whole input, or its first --limit records, before any output: a
+    # bad line is reported before anything is written.
+    records = list(itertools.islice(formats.read(args.src, args.input, options), args.limit))
     n = formats.write(args.dst, args.output, records, options)
     print(f"converted {n} records: {args.input} ({args.src}) -> {args.output} ({args.dst})",
           file=sys.stderr)
@@ -76,11 +82,13 @@ def _run_convert(args: argparse.Namespace) -> int:
 
 
 def _add_score(sub: Any) -> None:
+    from prmkit.models.names import PUBLIC_PRMS
     from prmkit.models.pypi import DEFAULT_MODELS
     from prmkit.stepformat import PRESETS
 
     presets = "\n".join(f"  {k}: {v.description}" for k, v in PRESETS.items())
     defaults = "\n".join(f"  {k}: {v.description}" for k, v in DEFAULT_MODELS.items())
+    public = "\n".join(f"  {k}: {fmt} ({what})" for k, (fmt, what) in PUBLIC_PRMS.items())
     p = _parser(sub, "score", "add step_scores to each record with a PRM",
                 "Score every step of every record with a process reward model and write the "
                 "records with `step_scores` added (one score per step, in [0, 1]; null for a "
@@ -90,12 +98,20 @@ def _add_score(sub: Any) -> None:
                 "Step formats (--format):\n" + presets + "\n\nDefault models (--model):\n"
                 + defaults + "\n  These named models are untrained backbones: their scores are "
                 "only useful for testing and benchmarks, not as a PRM's judgement. Without "
-                "--model, the trained default PRM (prmkit/models/default_prm) is used.")
+                "--model, or with --model default, the trained default PRM "
+                "(prmkit/models/default_prm) is used.\n\nPublic PRMs by name (--model; the step "
+                "format is chosen from the name, --format overrides it):\n" + public)
     p.add_argument("--model", default=None,
-                   help="a model folder (safetensors; a trained prmkit PRM or ORM), a default "
-                        "model name, a hub id, or the URL of a running `prmkit serve` "
-                        "(http://HOST:PORT). Default: the default prmkit PRM shipped in the "
-                        "package (SmolLM2-135M fine-tuned on PRM800K; see its model card)")
+                   help="a model folder (safetensors; a trained prmkit PRM or ORM), a hub id "
+                        "(a public PRM's step format is chosen from its name, e.g. "
+                        "peiyi9979/math-shepherd-mistral-7b-prm, Qwen/Qwen2.5-Math-PRM-7B), "
+                        "the URL of a running `prmkit serve` (http://HOST:PORT), or a name: "
+                        "default, smollm2-135m, gemma3-270m. Default: `default`, the small PRM "
+                        "shipped in the package: SmolLM2-135M-Instruct with its last 2 layers "
+                        "and a head trained on 800 PRM800K phase-1 records. It is a CPU "
+                        "example, not a strong PRM: its ProcessBench dev first-error F1 (17.6, "
+                        "threshold tuned) is below the position/length heuristic's (about 29, "
+                        "`prmkit eval processbench`). For real use, pass a public PRM")
     p.add_argument("--token", default=None,
                    help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN)")
     p.add_argument("--format", default=None,
@@ -138,7 +154,7 @@ def _run_score(args: argparse.Namespace) -> int:
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
     kind = model_kind(args.model)
-    from prmkit.models.shared import has_groups
+    from prmkit.models.sharing.prefix import has_groups
 
     # in the settings only where it changes the batches: two records of a group, one problem
     share = not args.no_share_prefix and has_groups(records)
@@ -264,7 +280,7 @@ def _add_train(sub: Any) -> None:
 
 def _add_eval(sub: Any) -> None:
     from prmkit.evaluate.cli import add_eval
-    from prmkit.report import add_report
+    from prmkit.report.cli import add_report
 
     add_eval(sub)
     add_report(sub)

@@ -15,6 +15,7 @@ it.
 from __future__ import annotations
 
 import argparse
+import re
 import dataclasses
 import os
 import types
@@ -33,8 +34,30 @@ EPILOG_RECORDS = ("Records are JSONL, one object per line, with the fields id, p
 AGGREGATE_CHOICES = ["prod", "min", "last", "mean", "geomean"]
 
 
+# reStructuredText roles and literals in docstrings that serve as --help descriptions
+_ROLE = re.compile(r":(?:mod|func|class|meth|data|attr|obj):`~?([^`]+)`")
+_LITERAL = re.compile(r"``([^`]*)``")
+
+
+def plain(text: str) -> str:
+    """``text`` without reStructuredText markup: roles and double-backquoted literals become
+    their plain words, as a terminal shows them."""
+    return _LITERAL.sub(r"\1", _ROLE.sub(r"\1", text))
+
+
 class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Descriptions as written (with their line breaks), and each option's default shown."""
+    """Descriptions as written (with their line breaks, without markup), and each option's
+    default shown where it says something: not for a flag, not None, not twice."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return super()._fill_text(plain(text), width, indent)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = plain(action.help or "")
+        if (action.default is None or isinstance(action.default, bool)
+                or "default" in help_text.lower() or action.default is argparse.SUPPRESS):
+            return help_text
+        return help_text + " (default: %(default)s)"
 
 
 def add_parser(sub: Any, name: str, help: str, description: str | None,
@@ -95,7 +118,8 @@ def add_config_options(parser: Any, cls: Any, skip: tuple[str, ...] = (),
         if tp is bool:
             if f.default:
                 parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name,
-                                    action="store_false", help=f"do not: {help_text}")
+                                    action="store_false",
+                                    help=f"turn off what is on by default: {help_text}")
             else:
                 parser.add_argument(flag, dest=f.name, action="store_true", help=help_text)
             continue

@@ -43,6 +43,19 @@ def on_terminal(stream: Any = None) -> bool:
         return False
 
 
+_OPEN: list[Any] = []   # the bars made by progress(), innermost last (closed ones dropped)
+
+
+def note(**items: Any) -> None:
+    """Show ``items`` (work done inside the current item, e.g. rollouts of a long record) on the
+    innermost open bar: its postfix on a terminal, a log line off one once the interval has
+    passed. Nothing happens when no bar is open."""
+    while _OPEN and (getattr(_OPEN[-1], "closed", False) or getattr(_OPEN[-1], "disable", False)):
+        _OPEN.pop()
+    if _OPEN:
+        _OPEN[-1].set_postfix(items)
+
+
 def progress(iterable: Iterable[Any] | None = None, *, total: int | None = None,
              initial: int = 0, desc: str = "", unit: str = "it", disable: bool | None = None,
              **kwargs: Any) -> Any:
@@ -50,12 +63,15 @@ def progress(iterable: Iterable[Any] | None = None, *, total: int | None = None,
     if disable is True or on_terminal(kwargs.get("file")):
         from tqdm import tqdm
 
-        return tqdm(iterable, total=total, initial=initial, desc=desc, unit=unit,
-                    disable=True if disable is True else None, **kwargs)
-    if total is None and iterable is not None and hasattr(iterable, "__len__"):
-        total = len(iterable)  # type: ignore[arg-type]
-    return LogProgress(iterable, total=total, initial=initial, desc=desc, unit=unit,
-                       file=kwargs.get("file"))
+        bar: Any = tqdm(iterable, total=total, initial=initial, desc=desc, unit=unit,
+                        disable=True if disable is True else None, **kwargs)
+    else:
+        if total is None and iterable is not None and hasattr(iterable, "__len__"):
+            total = len(iterable)  # type: ignore[arg-type]
+        bar = LogProgress(iterable, total=total, initial=initial, desc=desc, unit=unit,
+                          file=kwargs.get("file"))
+    _OPEN.append(bar)
+    return bar
 
 
 def _clock(seconds: float) -> str:
@@ -89,6 +105,10 @@ class LogProgress:
                     **kwargs: Any) -> None:
         items = {**(ordered_dict or {}), **kwargs}
         self.postfix = ", ".join(f"{k}={v}" for k, v in items.items())
+        now = time.monotonic()
+        if refresh and now - self.last >= self.every:   # news inside a long item
+            self.last = now
+            self._print(now)
 
     def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
         self.desc = desc or ""

@@ -9,7 +9,7 @@ only when something is left to score (so a finished run loads no model), and bef
 
 With ``share_prefix`` (on in ``prmkit score`` and ``prmkit eval bestofn`` unless
 ``--no-share-prefix``) the records that carry a ``group`` are scored with prefix sharing
-(:mod:`prmkit.models.shared`: each group's common prefix read once, each candidate's suffix on
+(:mod:`prmkit.models.sharing.prefix`: each group's common prefix read once, each candidate's suffix on
 its cache; the same scores as one pass, to float32 rounding), in chunks of whole groups.
 """
 
@@ -36,7 +36,7 @@ class ScoreResult:
     prm: Any
     resumed: int
     truncated: int
-    sharing: Any = None   # prmkit.models.shared.ShareStats when prefixes were shared
+    sharing: Any = None   # prmkit.models.sharing.prefix.ShareStats when prefixes were shared
 
 
 def score_settings(model: str | None, fmt: str | None, config: Any, per_prefix: bool = False,
@@ -144,13 +144,15 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
     if len(todo) < len(records):
         print(f"resuming: {len(records) - len(todo)} of {len(records)} records already scored"
               f" in {out}.partial", file=sys.stderr)
-    from prmkit.models.shared import ShareStats, can_share, has_groups
+    from prmkit.models.sharing.prefix import ShareStats, has_groups, sharing_blocker
 
-    sharing = ShareStats() if (share_prefix and not per_prefix and prm is not None and can_share(prm)
-                               and has_groups(todo)) else None
+    sharing = None       # the accounting, or why nothing was shared
+    if share_prefix and not per_prefix and prm is not None and has_groups(todo):
+        sharing = ShareStats(off=sharing_blocker(prm) or "")
+    shared = sharing if sharing is not None and not sharing.off else None
     with progress(total=len(records), initial=len(records) - len(todo), desc=desc,
                   unit="rec") as bar:
-        for rec, scores in _scored(prm, todo, per_prefix, chunk, sharing):
+        for rec, scores in _scored(prm, todo, per_prefix, chunk, shared):
             if kind == "orm":  # one score for the whole solution, read at its end
                 rec.meta["outcome_score"] = scores[-1]
             else:
@@ -173,7 +175,7 @@ def _scored(prm: Any, todo: list[Record], per_prefix: bool, chunk: int | None,
     if not todo:
         return
     if sharing is not None:
-        from prmkit.models.shared import score_shared
+        from prmkit.models.sharing.prefix import score_shared
 
         for part in group_chunks(todo, chunk or 256):
             yield from zip(part, score_shared(prm, [r.problem for r in part], [r.steps for r in part],

@@ -38,6 +38,10 @@ Ties are broken deterministically:
   the winning answer's candidates, higher score, then earlier in input order;
 - a group in which no candidate has an answer: ``majority`` picks its first candidate,
   ``weighted-majority`` its highest-scoring one.
+
+``prmkit eval bestofn`` applies the same rules to random draws of candidates, in the draw's
+order, so there a tie falls at random: its majority accuracy at N equal to a group's size can
+differ from this command's on the same file.
 """
 
 from __future__ import annotations

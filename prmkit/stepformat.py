@@ -25,7 +25,7 @@ A format is data (:class:`StepFormat`), not code:
       token, step k's score their product up to its read position (``Reader``); ``surprisal``
       adds the LM's surprise at each token (:mod:`prmkit.models.surprisal`).
     - ``log-ratio``: a causal LM and its frozen reference (the implicit PRM,
-      :mod:`prmkit.models.implicit`); step k's score comes from the token log ratios
+      :mod:`prmkit.models.backends.implicit`); step k's score comes from the token log ratios
       log(pi/pi_ref) summed up to the end of step k, so the "read position" is the step's end.
 * the **label mapping** for training: label 1 -> ``positive`` token / class ``positive_class``,
   label 0 -> ``negative`` token / the other class; a soft label p trains against [1-p, p].
@@ -56,7 +56,7 @@ Token ids are never hard-coded: :meth:`StepFormat.bind` looks them up in the tok
 model loads, giving a :class:`BoundFormat`.
 
 Prefixes. Under ``pieces`` a solution's first k steps' ids prefix the whole solution's ids; under
-``whole`` a tokenizer may merge across the boundary (search checks, :mod:`prmkit.models.incremental`).
+``whole`` a tokenizer may merge across the boundary (search checks, :mod:`prmkit.models.sharing.incremental`).
 
 Steps that hold the tag. A step whose text contains the format's tag (``ки``, ``<extra_0>``)
 would be read at the wrong places (Math-Shepherd's and Qwen's recipes read every tag id, so

@@ -50,6 +50,11 @@ import re
 
 from prmkit.errors import PrmkitError
 
+# what a policy is asked to write: steps one per line, the calculation in each, an answer line
+# (the generation prompts, and the implicit PRM's chat format, which reads the policy's prompt)
+INSTRUCTION = ("Solve the math problem step by step. Write one short step per line, with the "
+               "calculation in it. Finish with a last line of the form: The answer is N.")
+
 RULES = ("auto", "blank-lines", "lines", "step-markers")
 
 _SEPARATORS = {"blank-lines": "\n\n", "lines": "\n", "step-markers": "\n"}

@@ -47,7 +47,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from prmkit import formats, select  # noqa: E402
-from prmkit.models.hf import HFConfig, load_hf_prm  # noqa: E402
+from prmkit.models.backends.hf import HFConfig, load_hf_prm  # noqa: E402
 from prmkit.realdata import GSM8K_SOLVERS, gsm8k_candidates  # noqa: E402
 from prmkit.records import Record, write_records  # noqa: E402
 from prmkit.shareddata import shared_data_dir  # noqa: E402

@@ -37,3 +37,30 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# --- which tests go through --dtype auto -------------------------------------------------------
+# Every call of reading.fast_dtype (what "auto" resolves to) is noted with the test that made it;
+# with $PRMKIT_AUTO_TESTS_OUT set, their node ids are written there at the end of the session, so
+# that CI (.ci/run) runs exactly those tests a second time with PRMKIT_AUTO_DTYPE=bfloat16.
+# Patched before any test module imports prmkit, so `from ... import fast_dtype` takes it too.
+from prmkit.models import reading as _reading  # noqa: E402
+
+_AUTO_TESTS: set[str] = set()
+_fast_dtype = _reading.fast_dtype
+
+
+def _noted_fast_dtype(device: str = "cpu") -> str:
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    if current:
+        _AUTO_TESTS.add(current.rsplit(" (", 1)[0])
+    return _fast_dtype(device)
+
+
+_reading.fast_dtype = _noted_fast_dtype
+
+
+def pytest_sessionfinish(session, exitstatus):
+    out = os.environ.get("PRMKIT_AUTO_TESTS_OUT")
+    if out:
+        Path(out).write_text("".join(f"{t}\n" for t in sorted(_AUTO_TESTS)), encoding="utf-8")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from prmkit.models.hf import HFConfig, load_hf_prm
+from prmkit.models.backends.hf import HFConfig, load_hf_prm
 from prmkit.records import Record, write_records
 from prmkit.train.loop import LoopConfig
 from prmkit.train.prm import PRMTrainConfig, train_prm

@@ -254,7 +254,7 @@ def test_select_bad_input_line(tmp_path, capsys):
 
 @pytest.fixture
 def no_model_load(monkeypatch):
-    from prmkit.models import hf
+    from prmkit.models.backends import hf
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a model was loaded")

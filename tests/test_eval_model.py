@@ -11,7 +11,7 @@ import pytest
 import tiny
 from prmkit import cli
 from prmkit.evaluate import processbench as pb
-from prmkit.models.hf import HFConfig, load_hf_prm
+from prmkit.models.backends.hf import HFConfig, load_hf_prm
 from prmkit.records import read_records
 
 PROBLEMS = ["What is 2 + 3?", "Natalia sold clips to 48 of her friends in April."]

@@ -114,7 +114,7 @@ def test_export_refuses_an_implicit_prm_and_a_full_output(tmp_path):
 
 def test_the_default_prm_exports(tmp_path):
     """The shipped default PRM (a delta on SmolLM2-135M) merged onto its base; about 15 s."""
-    from prmkit.models.load import default_prm_path
+    from prmkit.models.pypi import default_prm_path
 
     check_export(default_prm_path(), tmp_path, records(3), "ForTokenClassification", "default")
 
@@ -143,7 +143,7 @@ def test_a_calculator_prm_reads_the_notes_and_exports_without_a_snippet(tiny_bas
     plain format; the exported card says so and offers no transformers-only snippet (the notes
     are prmkit's code), and prmkit reads the exported folder as the original."""
     from prmkit.calculator import annotate
-    from prmkit.models.hf import load_hf_prm
+    from prmkit.models.backends.hf import load_hf_prm
     from prmkit.models.reading import HFConfig
     from prmkit.records import Record
     from prmkit.stepformat import StepFormat

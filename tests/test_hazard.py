@@ -86,7 +86,7 @@ def test_padded_batches_and_masks_add_nothing_from_padding():
 
 
 def test_search_reuses_caches_under_a_hazard_prm_and_agrees_with_scoring():
-    from prmkit.models.incremental import IncrementalPRM, prefix_scorer, reuse_blocker
+    from prmkit.models.sharing.incremental import IncrementalPRM, prefix_scorer, reuse_blocker
 
     fmt = training_format("prmkit", "hazard")
     model = hazard_model(2)
@@ -136,14 +136,14 @@ def test_a_hazard_format_needs_classes_and_vllm_refuses_it():
     assert StepFormat.from_dict(fmt.to_dict()) == fmt     # saved and loaded with the model
     assert not StepFormat.from_dict({k: v for k, v in fmt.to_dict().items()
                                      if k != "hazard"}).hazard   # older folders: no hazard
-    from prmkit.models.vllm import engine_args
+    from prmkit.models.backends.vllm import engine_args
 
     with pytest.raises(PrmkitError, match="hazard head"):
         engine_args("m", fmt.bind(tiny.tokenizer()))
 
 
 def test_train_prm_with_the_hazard_head_learns_the_toy_task(tiny_base, tmp_path):
-    from prmkit.models.hf import load_hf_prm
+    from prmkit.models.backends.hf import load_hf_prm
     from prmkit.records import write_records
     from prmkit.train.loop import LoopConfig
     from prmkit.train.prm import PRMTrainConfig, train_prm

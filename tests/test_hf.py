@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from prmkit.errors import PrmkitError
-from prmkit.models.hf import HFConfig, HFPRM, load_hf_prm
+from prmkit.models.backends.hf import HFConfig, HFPRM, load_hf_prm
 from prmkit.stepformat import PRESETS
 import tiny
 
@@ -170,6 +170,7 @@ def test_native_bf16_is_read_from_the_cpu_flags(cpuinfo, native):
 def test_auto_dtype_is_bfloat16_only_where_it_is_native(monkeypatch):
     from prmkit.models import reading
 
+    monkeypatch.delenv(reading.AUTO_DTYPE_ENV, raising=False)
     monkeypatch.setattr(reading, "cpu_has_native_bf16", lambda cpuinfo=None: False)
     assert reading.fast_dtype("cpu") == "float32"
     assert reading.torch_dtype("auto", "cpu") is torch.float32
@@ -181,3 +182,19 @@ def test_auto_dtype_is_bfloat16_only_where_it_is_native(monkeypatch):
     assert reading.torch_dtype("bfloat16", "cpu") is torch.bfloat16   # asked for: kept
     monkeypatch.setattr(reading, "cpu_has_native_bf16", lambda cpuinfo=None: True)
     assert reading.torch_dtype("auto", "cpu") is torch.bfloat16
+
+
+def test_prmkit_auto_dtype_sets_what_auto_means_on_any_machine(monkeypatch):
+    from prmkit.errors import PrmkitError
+    from prmkit.models import reading
+
+    for native in (True, False):
+        monkeypatch.setattr(reading, "cpu_has_native_bf16", lambda cpuinfo=None, n=native: n)
+        for forced in ("float32", "bfloat16"):
+            monkeypatch.setenv(reading.AUTO_DTYPE_ENV, forced)
+            assert reading.fast_dtype("cpu") == forced
+            assert reading.torch_dtype("auto", "cpu") is getattr(torch, forced)
+            assert reading.torch_dtype("float32", "cpu") is torch.float32   # asked for: kept
+    monkeypatch.setenv(reading.AUTO_DTYPE_ENV, "float64")
+    with pytest.raises(PrmkitError, match="PRMKIT_AUTO_DTYPE"):
+        reading.fast_dtype("cpu")

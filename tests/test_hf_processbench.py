@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from prmkit.models.hf import HFConfig, HFPRM, load_hf_prm
+from prmkit.models.backends.hf import HFConfig, HFPRM, load_hf_prm
 from prmkit.stepformat import PRESETS
 import tiny
 

@@ -13,9 +13,9 @@ import torch
 
 from prmkit.cli import main
 from prmkit.errors import PrmkitError
-from prmkit.models.hf import HFConfig
+from prmkit.models.backends.hf import HFConfig
 from prmkit.models.load import load_prm as load_hf_prm  # any folder kind, the implicit PRM's too
-from prmkit.models.implicit import (ImplicitPRM, implicit_format, make_reference, share_frozen,
+from prmkit.models.backends.implicit import (ImplicitPRM, implicit_format, make_reference, share_frozen,
                                     sigmoid)
 from prmkit.records import Record, read_records, write_records
 from prmkit.train.implicit import ImplicitTrainConfig, train_implicit
@@ -139,7 +139,7 @@ def last_k_pair():
 
 
 def test_a_last_k_policy_reads_the_shared_layers_once_and_equals_the_definition(monkeypatch):
-    from prmkit.models import implicit, sharedbody
+    from prmkit.models.backends import implicit, sharedbody
 
     policy, reference = last_k_pair()
     assert sharedbody.shared_bottom(policy, reference) == 1

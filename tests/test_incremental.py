@@ -13,8 +13,8 @@ import math
 import pytest
 import tiny
 
-from prmkit.models.hf import HFConfig, HFPRM
-from prmkit.models.incremental import (IncrementalPRM, Prefix, RescoringScorer, head_ids,
+from prmkit.models.backends.hf import HFConfig, HFPRM
+from prmkit.models.sharing.incremental import (IncrementalPRM, Prefix, RescoringScorer, head_ids,
                                        prefix_scorer, release, reuse_blocker)
 from prmkit.stepformat import PRESETS
 

@@ -1,6 +1,6 @@
 """The remote PRM client against a small fake ``prmkit serve`` on loopback.
 
-The fake server implements the wire contract in prmkit/models/remote.py: it scores step k of a
+The fake server implements the wire contract in prmkit/models/backends/remote.py: it scores step k of a
 solution as a deterministic function of the text, and can be told to fail in scripted ways.
 """
 
@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from prmkit.errors import PrmkitError
-from prmkit.models.remote import (RemotePRM, error_message, is_remote, validate_response,
+from prmkit.models.backends.remote import (RemotePRM, error_message, is_remote, validate_response,
                                   _retry_after)
 
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from prmkit.errors import PrmkitError
-from prmkit.models.hf import HFConfig, HFPRM
-from prmkit.models.vllm import (VLLMPRM, as_rows, build_prompts, engine_args,
+from prmkit.models.backends.hf import HFConfig, HFPRM
+from prmkit.models.backends.vllm import (VLLMPRM, as_rows, build_prompts, engine_args,
                                 label_token_overrides, pooling_params_factory, read_scores,
                                 rows_for_positions, scores_from_logits)
 from prmkit.stepformat import PRESETS, Encoded

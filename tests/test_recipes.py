@@ -265,7 +265,7 @@ def recipe_scores(preset, name, tok, model, problem, steps):
 
 
 def check_scores(preset, name, solutions):
-    from prmkit.models.hf import HFConfig, HFPRM
+    from prmkit.models.backends.hf import HFConfig, HFPRM
 
     tok = tokenizer_for(preset, name)
     kind = "lm" if PRESETS[preset].reading == "label-tokens" else "classes"
@@ -306,8 +306,8 @@ def test_scores_equal_the_recipe_on_every_solution(shared_data, preset, name):
 def test_search_reuse_on_real_tokenizers(shared_data, preset, name):
     """Search's KV reuse under each preset's rule: the step-by-step scores equal re-reading every
     grown solution whole; children whose parent's ids are not a prefix of theirs are counted."""
-    from prmkit.models.hf import HFConfig, HFPRM
-    from prmkit.models.incremental import IncrementalPRM, RescoringScorer
+    from prmkit.models.backends.hf import HFConfig, HFPRM
+    from prmkit.models.sharing.incremental import IncrementalPRM, RescoringScorer
 
     tok = tokenizer_for(preset, name)
     kind = "lm" if PRESETS[preset].reading == "label-tokens" else "classes"

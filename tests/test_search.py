@@ -19,7 +19,7 @@ from prmkit.errors import PrmkitError
 from prmkit.generate.fake import FakeGenerator, count_tokens
 from prmkit.generate.prompts import STYLES, Prompter
 from prmkit.generate.run import Problem
-from prmkit.models.incremental import RescoringScorer
+from prmkit.models.sharing.incremental import RescoringScorer
 from prmkit.search import (BeamConfig, MCTSConfig, SearchConfig, beam_search, best_of_n, dvts,
                            mcts, run_search)
 from prmkit.search.mcts import TreeNode

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from prmkit.errors import PrmkitError
-from prmkit.models.hf import HFConfig, HFPRM
-from prmkit.models.remote import RemotePRM
+from prmkit.models.backends.hf import HFConfig, HFPRM
+from prmkit.models.backends.remote import RemotePRM
 from prmkit.serve.app import ServerThread, create_app
 from prmkit.serve.batcher import BatcherConfig
 from prmkit.serve.client import PrmClient

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import threading
 
-from prmkit.models.remote import RemotePRM
+from prmkit.models.backends.remote import RemotePRM
 from prmkit.serve.batcher import BatcherConfig
 from prmkit.serve.client import PrmClient
 from test_serve import TOL, close, serving, tiny_prm

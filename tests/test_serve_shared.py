@@ -1,4 +1,4 @@
-"""The server shares prefixes across the requests it batches (prmkit/models/shared.py's
+"""The server shares prefixes across the requests it batches (prmkit/models/sharing/prefix.py's
 ``score_by_problem``): GRPO-shaped load, completions of one prompt sent close together, gets
 the answers of one-pass scoring (float32) while the prompt is read once per micro-batch."""
 
@@ -11,8 +11,8 @@ import tiny
 from test_incremental import sharp
 from test_serve import close, serving
 
-from prmkit.models.hf import HFConfig, HFPRM
-from prmkit.models.remote import RemotePRM
+from prmkit.models.backends.hf import HFConfig, HFPRM
+from prmkit.models.backends.remote import RemotePRM
 from prmkit.serve.batcher import BatcherConfig
 from prmkit.stepformat import PRESETS
 

@@ -1,4 +1,4 @@
-"""Prefix sharing (prmkit/models/shared.py) against plain one-pass scoring, in float32.
+"""Prefix sharing (prmkit/models/sharing/prefix.py) against plain one-pass scoring, in float32.
 
 Every step format preset, on the tiny tokenizer with a sharp tiny model (scores that differ
 by position, so a read at a wrong place or on a wrong cache shows) and on the real tokenizers
@@ -15,9 +15,9 @@ import pytest
 import tiny
 from test_incremental import sharp
 
-from prmkit.models.hf import HFConfig, HFPRM
-from prmkit.models.incremental import head_ids
-from prmkit.models.shared import ShareStats, SharedPrefixScorer, group_prefix, score_shared
+from prmkit.models.backends.hf import HFConfig, HFPRM
+from prmkit.models.sharing.incremental import head_ids
+from prmkit.models.sharing.prefix import ShareStats, SharedPrefixScorer, group_prefix, score_shared
 from prmkit.stepformat import PRESETS
 
 F32 = HFConfig(dtype="float32")
@@ -358,7 +358,7 @@ def test_a_companion_on_the_same_body_is_read_in_the_same_pass(head):
     from test_surprisal import tied_pair
 
     from prmkit.models.load import wrap_model
-    from prmkit.models.sharedpair import score_shared_pair
+    from prmkit.lab.sharedpair import score_shared_pair
     from prmkit.train.common import training_format
 
     if head == "surprisal":

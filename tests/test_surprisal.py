@@ -136,7 +136,7 @@ def test_an_untied_base_and_a_format_without_hazard_are_refused():
     with pytest.raises(PrmkitError, match="surprisal needs hazard"):
         StepFormat(name="x", reading="classes", surprisal=True)
     assert StepFormat.from_dict(fmt.to_dict()) == fmt     # saved and loaded with the model
-    from prmkit.models.incremental import reuse_blocker
+    from prmkit.models.sharing.incremental import reuse_blocker
 
     model, _ = tied_pair(3)
     assert "hazard" in reuse_blocker(wrap_model(model, tiny.tokenizer(), fmt, HFConfig()))
@@ -153,7 +153,7 @@ def tied_base(tmp_path):
 def test_the_head_alone_with_stored_features_trains_as_uncached(tmp_path):
     """--last-k 0 --cache-frozen: the LM features are computed once from the stored final
     states; the weights equal those of the uncached run, which computes them every step."""
-    from prmkit.models.hf import load_hf_prm
+    from prmkit.models.backends.hf import load_hf_prm
     from prmkit.records import write_records
     from prmkit.train.loop import LoopConfig
     from prmkit.train.prm import PRMTrainConfig, train_prm
@@ -177,7 +177,7 @@ def test_train_prm_with_the_surprisal_head(tmp_path, cache_frozen):
     """Training runs (the cached forward checks itself against the uncached one on its first
     batch, so the cached run also tests that the token ids reach the head), the loss falls,
     and the saved folder scores as the trained model did."""
-    from prmkit.models.hf import load_hf_prm
+    from prmkit.models.backends.hf import load_hf_prm
     from prmkit.records import write_records
     from prmkit.train.loop import LoopConfig
     from prmkit.train.prm import PRMTrainConfig, train_prm
@@ -212,7 +212,7 @@ def test_shared_prefix_scoring_carries_the_hazard_sum(head, closing, packed):
     from test_hazard import hazard_model
     from test_shared_prefix import split
 
-    from prmkit.models.shared import ShareStats, SharedPrefixScorer, score_shared
+    from prmkit.models.sharing.prefix import ShareStats, SharedPrefixScorer, score_shared
 
     model = tied_pair(5)[0] if head == "surprisal" else hazard_model(5)
     prm = wrap_model(model, tiny.tokenizer(), training_format("prmkit", head),

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from prmkit.models.hf import HFConfig, load_hf_prm
+from prmkit.models.backends.hf import HFConfig, load_hf_prm
 from prmkit.records import write_records
 import tiny
 from test_train_prm import records

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from prmkit.errors import PrmkitError
-from prmkit.models.hf import HFConfig, load_hf_prm
+from prmkit.models.backends.hf import HFConfig, load_hf_prm
 from prmkit.train.loop import LoopConfig
 from prmkit.train.prm import PRMTrainConfig, train_prm
 from test_train_prm import data  # noqa: F401  (the same toy records, as a fixture)

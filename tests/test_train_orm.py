@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from prmkit.models.hf import HFConfig, load_hf_prm
+from prmkit.models.backends.hf import HFConfig, load_hf_prm
 from prmkit.records import Record, write_records
 from prmkit.train.loop import LoopConfig
 from prmkit.train.orm import ORMTrainConfig, outcome_examples, pair_examples, train_orm
@@ -73,7 +73,7 @@ def test_orm_loss_falls_and_scores_write_outcome_score(base, tmp_path, objective
 
 def test_pair_loss_is_bradley_terry_by_hand(base, tmp_path):
     """The loop's pair loss equals -log sigmoid(r_chosen - r_rejected) computed by hand."""
-    from prmkit.models.hf import Reader
+    from prmkit.models.backends.hf import Reader
     from prmkit.train.loop import Loop
     from prmkit.train.orm import PairObjective
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from prmkit.errors import PrmkitError
-from prmkit.models.hf import HFConfig, load_hf_prm
+from prmkit.models.backends.hf import HFConfig, load_hf_prm
 from prmkit.records import Record, write_records
 from prmkit.train.loop import LoopConfig
 from prmkit.train.prm import (PRMTrainConfig, auc, first_error_f1, step_examples, train_prm,

@@ -1,4 +1,4 @@
-"""Tree attention's rows (prmkit/models/treepass.py), without a model: what each segment sees of
+"""Tree attention's rows (prmkit/models/sharing/treepass.py), without a model: what each segment sees of
 its ancestors, how a tree is cut into rows, and which models cannot take a tree's mask. The
 scores of a tree pass against one-pass scoring are in tests/test_shared_prefix.py."""
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from prmkit.errors import PrmkitError
-from prmkit.models.treepass import (Segment, joined, pack_blocker, share_rows, split_rows,
+from prmkit.models.sharing.treepass import (Segment, joined, pack_blocker, share_rows, split_rows,
                                      token_tree, visible)
 
 # a root (positions 0-3), a node below it that shares only 3 of its ids (a fallback: 3-5),

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any
 
-from prmkit.cliutil import AGGREGATE_CHOICES, Formatter
+from prmkit.cliutil import AGGREGATE_CHOICES, Formatter, add_model_run_options
 from prmkit.errors import PrmkitError
 
 
@@ -39,8 +39,6 @@ def add_eval(sub: Any) -> None:
 
 def _add_processbench(evals: Any) -> None:
     from prmkit.evaluate import processbench
-    from prmkit.evaluate.common import add_model_args
-
     q = _sub(evals, "processbench", "first-error identification (ProcessBench)",
              processbench.__doc__, "Score ProcessBench solutions with a PRM (or read predictions "
              "made elsewhere) and report error_acc, correct_acc and F1 per split. Beside the "
@@ -75,8 +73,6 @@ def _add_processbench(evals: Any) -> None:
 
 def _add_prmbench(evals: Any) -> None:
     from prmkit.evaluate import prmbench
-    from prmkit.evaluate.common import add_model_args
-
     q = _sub(evals, "prmbench", "step-level error detection per category (PRMBench)",
              prmbench.__doc__, "Score PRMBench solutions (modified_process only) and report "
              "PRMScore per error category, per group and overall, exactly as PRMBench defines "
@@ -112,11 +108,12 @@ def _add_steps(evals: Any) -> None:
 
 def _add_bestofn(evals: Any) -> None:
     from prmkit.evaluate import bestofn
-    from prmkit.evaluate.common import add_model_args
-
     q = _sub(evals, "bestofn", "best-of-N accuracy against N with confidence intervals",
              bestofn.__doc__, "Accuracy against N for every selection method the candidates "
-             "support, plus the oracle (pass@N).")
+             "support, plus the oracle (pass@N). Ties are broken as `prmkit select` breaks "
+             "them, but in each draw's random order: a majority tie falls at random here, "
+             "where `prmkit select` gives it to the answer that appears first in the file, so "
+             "the two can differ on the same candidates.")
     q.add_argument("--input", required=True,
                    help="candidates (prmkit JSONL) with group, is_correct and, for the PRM "
                         "methods, step_scores (or --model to score them)")
@@ -304,3 +301,23 @@ def _write_bytes(path: str, data: bytes) -> None:
         os.replace(tmp, path)
     except OSError as e:
         raise PrmkitError(f"{path}: cannot write ({e.strerror})") from None
+
+
+def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
+    """The options that load and run a PRM (the same as ``prmkit score``)."""
+    p.add_argument("--model", required=required, default=None,
+                   help="a model folder (safetensors), a default model name, or a hub id")
+    p.add_argument("--format", default=None,
+                   help="step format preset or prmkit_format.json path; default: the format "
+                        "saved in the model folder")
+    add_model_run_options(p, "auto = bfloat16 where native, else float32; recorded in the "
+                             "results beside every figure",
+                          "cut solutions to this many tokens (default: the model's maximum); "
+                          "steps past the cut get no score")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow the model folder's own Python code (off by default)")
+    p.add_argument("--save-scores", default=None, metavar="FILE",
+                   help="where the scored records go, written as they finish to FILE.partial; "
+                        "rerunning the same command after a kill resumes there. Default: the "
+                        "--output name with .scores.jsonl instead of .json. FILE can be given "
+                        "to --predictions or `prmkit report` later")

@@ -15,7 +15,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from prmkit.cliutil import add_model_run_options
 from prmkit.errors import PrmkitError, RecordError
 from prmkit.records import Record, atomic_output, iter_jsonl, kind_name
 
@@ -136,26 +135,6 @@ def _prediction(obj: Any, allow_first_error: bool) -> Prediction:
 # scoring with a model
 
 
-def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
-    """The options that load and run a PRM (the same as ``prmkit score``)."""
-    p.add_argument("--model", required=required, default=None,
-                   help="a model folder (safetensors), a default model name, or a hub id")
-    p.add_argument("--format", default=None,
-                   help="step format preset or prmkit_format.json path; default: the format "
-                        "saved in the model folder")
-    add_model_run_options(p, "auto = bfloat16 where native, else float32; recorded in the "
-                             "results beside every figure",
-                          "cut solutions to this many tokens (default: the model's maximum); "
-                          "steps past the cut get no score")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="allow the model folder's own Python code (off by default)")
-    p.add_argument("--save-scores", default=None, metavar="FILE",
-                   help="where the scored records go, written as they finish to FILE.partial; "
-                        "rerunning the same command after a kill resumes there. Default: the "
-                        "--output name with .scores.jsonl instead of .json. FILE can be given "
-                        "to --predictions or `prmkit report` later")
-
-
 def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
                      share_prefix: bool = False) -> dict[str, Any]:
     """Set ``step_scores`` on every record with the model in ``args``; show progress.
@@ -164,11 +143,11 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
     actually ran in. With ``args.save_scores`` the scored records are written as they finish
     and an interrupted run resumes without rescoring them (:func:`prmkit.scoring.score_records`).
     ``share_prefix``: records of one group are scored on their shared prefix
-    (:mod:`prmkit.models.shared`); what it computed and saved is recorded and printed.
+    (:mod:`prmkit.models.sharing.prefix`); what it computed and saved is recorded and printed.
     """
     from prmkit.models.load import load_prm
     from prmkit.models.reading import HFConfig
-    from prmkit.models.shared import has_groups
+    from prmkit.models.sharing.prefix import has_groups
     from prmkit.scoring import score_records, score_settings
 
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,

@@ -15,6 +15,7 @@ from typing import Iterable
 
 from prmkit import formats
 from prmkit.errors import PrmkitError
+from prmkit.formats.common import is_json_list, iter_json_list
 from prmkit.formats.options import ConvertOptions
 from prmkit.formats.prm800k_stepwise import REQUIRED as PRM800K_STEPWISE
 from prmkit.records import FIELDS, Record, iter_jsonl, iter_records
@@ -39,6 +40,10 @@ def columns_of(path: str) -> list[str] | None:
     if is_table(path):
         return column_names(path)
     if path == "-":
+        return None
+    if is_json_list(path):   # one JSON list of objects (ProcessBench's released files)
+        for _, obj in iter_json_list(path):
+            return list(obj) if isinstance(obj, dict) else None
         return None
     for _, obj in iter_jsonl(path):
         return list(obj) if isinstance(obj, dict) else None
@@ -69,6 +74,26 @@ def detect(path: str) -> str:
 def read_records(path: str, options: ConvertOptions | None = None) -> list[Record]:
     """All records at ``path`` (any source, any known layout), validated."""
     fmt = detect(path)
+    if fmt == "prmkit" and path != "-" and not is_table(path) and is_json_list(path):
+        return _records_of_list(path)
     if fmt == "prmkit":
         return list(iter_records(path))
     return list(formats.read(fmt, path, options))
+
+
+def _records_of_list(path: str) -> list[Record]:
+    """prmkit records held as one JSON list, each error naming its element."""
+    from prmkit.errors import RecordError
+    from prmkit.formats.common import where_in_list
+
+    out, seen = [], set()
+    for index, obj in iter_json_list(path):
+        try:
+            rec = Record.from_dict(obj)
+        except RecordError as e:
+            raise e.at(where_in_list(path, index, obj)) from None
+        if rec.id in seen:
+            raise PrmkitError(f"{path}: duplicate id {rec.id!r} (element {index})")
+        seen.add(rec.id)
+        out.append(rec)
+    return out

@@ -20,7 +20,7 @@ class ConvertOptions:
 
     prm800k_neutral: float | None = field(default=1.0, metadata=_help(
         "label for a PRM800K rating of 0 (neutral). Let's Verify Step by Step counted neutral "
-        "steps as correct (1); use 0 to count them as wrong, or none to leave them unlabelled"))
+        "steps as correct (1); use 0 to count them as wrong, or null to leave them unlabelled"))
     soft_threshold: float = field(default=0.5, metadata=_help(
         "when writing a hard-label format (TRL true/false, Math-Shepherd +/-, PRM800K -1/1) "
         "from float labels: a label >= this is correct"))
@@ -41,7 +41,7 @@ class ConvertOptions:
         "error"))
     prmbench_later_steps: float | None = field(default=None, metadata=_help(
         "PRMBench: label for steps after the first error that are not error steps. Default "
-        "none (unlabelled, as ProcessBench and PRM800K); PRMBench's own evaluation counts "
+        "null (unlabelled, as ProcessBench and PRM800K); PRMBench's own evaluation counts "
         "them as correct, which is 1"))
 
     def __post_init__(self) -> None:

@@ -156,7 +156,7 @@ def _check_nothing_after(steps: list[Any], stop: int) -> None:
 
 
 def _records(obj: Any, path: str, lineno: int, options: ConvertOptions) -> list[Record]:
-    """The session's record, then (with ``prm800k_alternatives``) one per rated alternative."""
+    """The labelling session's record, then (with ``prm800k_alternatives``) one per rated alternative."""
     question = get(obj, "question", dict)
     problem = get(question, "problem", str, what="question.")
     reference = get(question, "ground_truth_answer", (str, int, float), required=False,

@@ -36,9 +36,9 @@ wrong steps are only among the alternatives.
 
 Labels as in the raw layout (-1 -> 0, +1 -> 1, 0 -> ``prm800k_neutral``, null -> null).
 answer = the last step's ``answer``; there is no ground-truth column, so no reference.
-Id ``prm800k-rN`` (N = the session's first row, from 0); group ``prm800k-pK`` (K = the
+Id ``prm800k-rN`` (N = the labelling session's first row, from 0); group ``prm800k-pK`` (K = the
 problem's order of first appearance), so the records of one problem share a group. ``meta``:
-rows (first and last row of the session), n_alternatives (rated rows off the path),
+rows (first and last row of the labelling session), n_alternatives (rated rows off the path),
 is_solution (of the last step), error_reason (per step, train file only, when any is set).
 
 Every row belongs to exactly one session, so a row that continues no session is an error
@@ -159,7 +159,7 @@ def _rated(cols: dict[str, list[Any]], i: int) -> bool:
 
 def _chains(cols: dict[str, list[Any]], session: list[_Group], path: str,
             options: ConvertOptions) -> list[tuple[str, list[int], dict[str, Any]]]:
-    """``(id, rows of the steps, extra meta)`` of the session's path and, with
+    """``(id, rows of the steps, extra meta)`` of the labelling session's path and, with
     ``prm800k_alternatives``, of each rated alternative (the path up to it, then it)."""
     first = session[0].rows[0]
     path_rows = [g.preferred for g in session if g.preferred is not None]

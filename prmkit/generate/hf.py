@@ -331,7 +331,9 @@ def load_hf_generator(policy: str, config: HFGenConfig | None = None,
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=config.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True,
                                                      trust_remote_code=config.trust_remote_code)
-    except (OSError, ValueError) as e:
-        raise PrmkitError(f"policy {policy!r}: cannot load ({str(e).splitlines()[0]})") from None
+    except Exception as e:  # noqa: BLE001 - any loader failure is the folder's, said plainly
+        from prmkit.models.folder import load_error
+
+        raise PrmkitError(load_error(policy, path, e, "policy")) from None
     model.to(config.device)
     return HFGenerator(model, tokenizer, config, stop_tokens)

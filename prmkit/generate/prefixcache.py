@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Sequence
 
-from prmkit.models.incremental import common_prefix_length
+from prmkit.models.sharing.incremental import common_prefix_length
 
 
 class PromptCache:

@@ -35,10 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.steps import RULES, join_steps, separator
-
-INSTRUCTION = ("Solve the math problem step by step. Write one short step per line, with the "
-               "calculation in it. Finish with a last line of the form: The answer is N.")
+from prmkit.steps import INSTRUCTION, RULES, join_steps, separator
 
 # (question, steps, answer), written for prmkit in the style of GSM8K.
 EXAMPLES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -207,9 +204,11 @@ def tokenizer_specials(tokenizer: Any) -> dict[str, str]:
     return {"bos_token": tokenizer.bos_token or "", "eos_token": tokenizer.eos_token or ""}
 
 
-_FINAL = re.compile(r"\\boxed\s*\{|\banswer\s+is\b", re.IGNORECASE)
+_FINAL = re.compile(r"\\boxed\s*\{|\banswer\s+is\b|^\s*(?:the\s+)?(?:final\s+)?(?:answer|a)\s*[:=]|^\s*####",
+                    re.IGNORECASE)
 
 
 def has_final_answer(text: str) -> bool:
-    """Whether a step states the final answer (``\\boxed{...}`` or ``... answer is ...``)."""
+    """Whether a step states the final answer: ``\\boxed{...}``, ``... answer is ...``, or a
+    line that begins ``Answer:``, ``A:`` or GSM8K's ``####``."""
     return _FINAL.search(text) is not None

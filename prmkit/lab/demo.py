@@ -53,24 +53,15 @@ from prmkit.records import Record, read_records
 from prmkit.train.common import HEADS
 
 # Stored with the settings: a folder written by another version of the stages starts again
-# rather than reusing files the current code would not make. 2: trainers' mixed batches, search
-# batches independent of memory addresses (2026-11-30). 3: beam at B against best-of-4B, the
-# claims (2026-12-01). 4: the PRM's head and the heads' learning rate, shared-prefix scoring
-# in float32 (2026-12-01). 5: the PRM's own recipe (--prm-last-k, --prm-lr, --prm-epochs), the
-# surprisal head by default (2026-12-01). 6: the calculator's notes in what the PRM and the ORM
-# read, by default; beam search at B=4 against best-of-16; scoring in bfloat16 (2026-12-02).
-# 7: the ORM is Let's Verify's, a class head read at the last step (--orm-recipe class);
-# bfloat16 only where the CPU has it natively (2026-12-02). 8: beam search at B=8 against
-# best-of-32, on every test problem (2026-12-02). 9: best-of-4B's further samples drawn in stage
-# 1 and read by the PRM in the same shared-prefix pass as the test candidates, the ORM in the
-# PRM's passes (2026-12-02).
+# rather than reusing files the current code would not make. Raise it when a stage's output
+# changes.
 STAGES_VERSION = 9
 ORM_RECIPES = ("class", "prm", "own")
 
 
 @dataclass
 class DemoConfig:
-    """Sizes and budgets of the lab demo (the defaults fit in a few minutes on 2 cores)."""
+    """Sizes and budgets of the lab demo (docs/lab.md gives the defaults' run time)."""
 
     output: str = field(default="demo_out", metadata={"help": "folder for every file the demo writes"})
     seed: int = field(default=0, metadata={"help": "seed of the problems, the sampling and training"})
@@ -102,24 +93,17 @@ class DemoConfig:
     calculator: bool = field(default=True, metadata={
         "help": "the PRM and the ORM read a calculator's checks: the value after every wrong "
                 "equation of a step ('= 9 [calculator: 8]', prmkit.calculator; train prm "
-                "--calculator). SmolLM2-135M cannot subtract (its own probability of a "
-                "subtraction's result tells a right one from a slip with AUC 0.60), so without "
-                "it no head on its states sees a wrong calculation (--no-calculator: seed 0 "
-                "gave a step AUC of 0.844)"})
+                "--calculator)"})
     prm_last_k: int = field(default=0, metadata={
         "help": "the PRM's trained transformer layers (0: its head alone on the frozen body, "
                 "whose states and LM features are computed once: train prm --last-k 0 "
                 "--cache-frozen)"})
     prm_lr: float = field(default=1e-3, metadata={
-        "help": "the PRM's peak learning rate (a head alone from 0 at 3e-3 with the short "
-                "warm-up of a 52-step run swung its loss to 0.94 and ended at dev AUC 0.69; "
-                "1e-3 rose steadily)"})
+        "help": "the PRM's peak learning rate"})
     prm_batch_tokens: int = field(default=4096, metadata={
         "help": "the PRM's training batch, in tokens (the ORM's is --batch-tokens)"})
     prm_epochs: int = field(default=16, metadata={
-        "help": "the PRM's passes over the training candidates (seed 0: 50 problems and 8 "
-                "epochs gave a test step AUC of 0.785, 100 and 16 gave 0.844; an epoch of the "
-                "head alone costs about a second, the body's one pass 30 s per 200 candidates)"})
+        "help": "the PRM's passes over the training candidates"})
     batch_tokens: int = field(default=512, metadata={"help": "--orm-recipe own: the ORM's batch, in tokens"})
     orm_recipe: str = field(default="class", metadata={
         "help": "class: Let's Verify's ORM, one classifier of the whole solution read at its "
@@ -133,27 +117,18 @@ class DemoConfig:
     search_problems: int = field(default=0, metadata={
         "help": "test problems for beam search, the first ones of the test set (0: all). "
                 "Beam search against best-of-4B is a non-inferiority claim with a margin of "
-                "--margin points; on 40 problems one problem is 2.5 points, and a single net "
-                "loss puts the interval's low end at -7.5 (seed 0 at B=8: first 40 problems "
-                "0.0 [0.0, 0.0], the next 40 -2.5 [-7.5, 0.0], all 80 -1.25 [-3.75, 0.0])"})
+                "--margin points"})
     beam_n: int = field(default=8, metadata={
         "help": "beam search width B (candidates per step), compared with best-of-N at 4B "
                 "candidates (the test candidates, and more samples when 4B > --n). With B = M "
-                "one beam survives each step and M samples of the next step are all it has: "
-                "seed 0 at B=4 lost to best-of-16 where all four samples of a step made the "
-                "same confusion (90.0%% against 92.5%%); at B=8 (two beams of four) it matched "
-                "best-of-32 on every problem (92.5%%)"})
+                "one beam survives each step"})
     beam_m: int = field(default=4, metadata={
         "help": "beam search: next steps sampled per kept beam (B / M beams are kept; M=4 is "
                 "search-and-learn's beam width)"})
     score_dtype: str = field(default="auto", metadata={
         "help": "dtype the PRM and the ORM score and search in; auto: bfloat16 with the "
-                "calculator where the CPU has it natively (AVX512-BF16, AMX), float32 without "
-                "the calculator or on other CPUs. With the calculator, seed 0's picks in bfloat16 "
-                "were float32's on 80 of 80 problems for both, the step AUCs within 0.0015, and "
-                "scoring a third faster; models that learnt little (--no-calculator) put a "
-                "problem's candidates about 0.03 apart, and there bfloat16's rounding changed "
-                "the ORM's pick on 6 of 20 problems (2026-12-01)"})
+                "calculator where auto means bfloat16 (a CPU with native bfloat16, or "
+                "PRMKIT_AUTO_DTYPE), float32 without the calculator or elsewhere"})
     select: str = field(default="prm-prod", metadata={
         "help": "how the PRM picks a candidate in the claims (prm-prod, prm-min, prm-last), "
                 "fixed before the run; prod is Let's Verify's choice"})
@@ -163,8 +138,7 @@ class DemoConfig:
     implicit: bool = field(default=False, metadata={
         "help": "also train an implicit PRM (Yuan et al. 2024: beta log pi/pi_ref, outcome labels "
                 "only) on the training candidates and report its best-of-N and step AUC as rows "
-                "of their own, not in the claims (prmkit.lab.implicitstage; on 2 cores about as "
-                "long again as the rest)"})
+                "of their own, not in the claims (prmkit.lab.implicitstage)"})
     implicit_last_k: int = field(default=2, metadata={
         "help": "--implicit: the implicit PRM's trained layers, the base's last k and its final norm"})
     implicit_epochs: int = field(default=2, metadata={"help": "--implicit: the implicit PRM's epochs"})
@@ -380,7 +354,7 @@ def _trained(last_k: int) -> str:
 
 
 def _load(model_dir: str, dtype: str) -> Any:
-    from prmkit.models.hf import HFConfig, load_hf_prm
+    from prmkit.models.backends.hf import HFConfig, load_hf_prm
 
     return load_hf_prm(os.path.join(model_dir, "last"), config=HFConfig(dtype=dtype))
 

@@ -2,7 +2,7 @@
 
 Yuan et al. 2024, "Free Process Rewards without Process Labels" (arXiv 2412.01981): a language
 model trained as an outcome reward model on r = beta * log(pi/pi_ref) gives step rewards for
-free, the token log ratios summed over each step (:mod:`prmkit.models.implicit`, ``prmkit train
+free, the token log ratios summed over each step (:mod:`prmkit.models.backends.implicit`, ``prmkit train
 implicit-prm``). Here it learns from the training candidates' outcome labels, the ORM's data, with
 the calculator's notes when the PRM and the ORM read them, and scores the test candidates. Its
 best-of-N (the product, the minimum and the last of its step scores, Let's Verify's protocol as
@@ -11,7 +11,7 @@ for the PRM) and its step AUC against the gold labels are reported beside theirs
 It is not part of the claims. They compare the PRM with Let's Verify's ORM on the same budget
 (heads on one frozen body); the implicit PRM trains layers of the body (``--implicit-last-k``)
 and reads every candidate through both the policy and the reference (the layers they share once,
-:mod:`prmkit.models.sharedbody`), so it costs far more: on 2 cores about as much again as the
+:mod:`prmkit.models.backends.sharedbody`), so it costs far more: on 2 cores about as much again as the
 rest of the demo. Off by default.
 
 The stage keeps its settings in ``implicit/settings.json``: turning ``--implicit`` on for a
@@ -78,7 +78,7 @@ def _train(config: Any, train_data: str, folder: str) -> None:
 
 
 def _score(path: str, test: Sequence[Record], dtype: str) -> list[Record]:
-    from prmkit.models.implicit import load_implicit_prm
+    from prmkit.models.backends.implicit import load_implicit_prm
     from prmkit.models.reading import HFConfig
     from prmkit.progress import progress
 

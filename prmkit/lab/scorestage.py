@@ -1,6 +1,6 @@
 """Stage 4 of the lab demo (:mod:`prmkit.lab.demo`): the test candidates scored by the PRM and
 the ORM, and best-of-4B's further samples by the PRM, each problem's candidates read as one
-tree of shared prefixes (:mod:`prmkit.models.shared`)."""
+tree of shared prefixes (:mod:`prmkit.models.sharing.prefix`)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ def score_test(world: Any, prm: Any, orm: Any, out: str) -> list[Record]:
     prefixes per problem: they share its prompt and often their first steps); those scores go to
     ``search_scored.jsonl``, written before this stage's own file. An ORM that is a class head
     on the PRM's frozen body (the default recipe) is read in the PRM's passes
-    (:mod:`prmkit.models.companion`); another is read on its own, on the test candidates."""
-    from prmkit.models.companion import companion_blocker
+    (:mod:`prmkit.lab.companion`); another is read on its own, on the test candidates."""
+    from prmkit.lab.companion import companion_blocker
 
     by_group: dict[str, list[Record]] = {}
     for r in world.test + world.more:
@@ -46,9 +46,9 @@ def score_with(model: Any, test: Sequence[Record], name: str, also: Any = None, 
     """Step scores of the test candidates, a chunk of whole groups at a time (progress lines
     off a terminal), and those of the companion ``also`` (empty without one). The candidates
     of a problem share its prompt (and often leading steps): each shared prefix is read once
-    (prmkit.models.shared), the scores as one-pass scoring's."""
-    from prmkit.models.shared import score_shared
-    from prmkit.models.sharedpair import score_shared_pair
+    (prmkit.models.sharing.prefix), the scores as one-pass scoring's."""
+    from prmkit.models.sharing.prefix import score_shared
+    from prmkit.lab.sharedpair import score_shared_pair
     from prmkit.progress import progress
 
     out: list[list[float | None]] = []

@@ -73,6 +73,7 @@ The value of step i is ``correct[i] / samples[i]`` (soft) or ``correct[i] > 0`` 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -86,6 +87,8 @@ from prmkit.steps import join_steps
 MODES = ("hard", "soft")
 STRATEGIES = ("per-step", "linear-stop", "binary")
 LAST_STEP = ("auto", "rollout")
+
+log = logging.getLogger("prmkit")
 
 
 @dataclass
@@ -254,10 +257,13 @@ def label_mc(records: Iterable[Record], generator: Generator, prompter: Prompter
     them needs and rolls them all out in one generator call. Records are yielded in the order
     they finish (input order within a round). ``policy`` is recorded in ``meta["mc"]``.
     """
+    from prmkit.progress import note
+
     config = config or MCConfig()
     pending = iter(records)
     active: list[_Job] = []
     exhausted = False
+    rollouts = 0
     while True:
         while not exhausted and len(active) < config.chunk:
             rec = next(pending, None)
@@ -275,10 +281,23 @@ def label_mc(records: Iterable[Record], generator: Generator, prompter: Prompter
                 wanted += [(job, i) for i in steps]
                 still.append(job)
             else:
+                warn_if_no_signal(job)
                 yield job.finish(config, policy)
         active = still
         if wanted:
             _roll_out(generator, prompter, config, wanted)
+            rollouts += config.rollouts * len(wanted)
+            note(rollouts=rollouts, in_flight=len(active))
+
+
+def warn_if_no_signal(job: _Job) -> None:
+    """Warn when no rollout of a record reached its reference answer: every probed step is then
+    labelled wrong whatever it says, and the labels carry no signal (a wrong reference, or a
+    policy too weak for the problem)."""
+    if job.rollouts_spent and not any(c for c in job.correct if c is not None):
+        log.warning("record %r: none of its %d rollouts reached the reference answer %r; its "
+                    "step labels are all 0 and carry no signal (check the reference, or use a "
+                    "stronger policy)", job.record.id, job.rollouts_spent, job.record.reference)
 
 
 def _roll_out(generator: Generator, prompter: Prompter, config: MCConfig,

@@ -3,7 +3,7 @@ hidden states on their way to the head.
 
 A task model (``LlamaForTokenClassification``, ``...ForCausalLM``) keeps its transformer under
 the attribute its class names in ``base_model_prefix`` (``model``, ``transformer``, ...). The
-surprisal head (:mod:`prmkit.models.surprisal`), companion heads (:mod:`prmkit.models.companion`),
+surprisal head (:mod:`prmkit.models.surprisal`), companion heads (:mod:`prmkit.lab.companion`),
 label-token reading, the implicit PRM and the trainers' frozen layers all need that body.
 """
 
@@ -16,13 +16,6 @@ from typing import Any, Iterator
 def backbone(model: Any, default: Any = None) -> Any:
     """The model's body, the module its task head sits on (``default`` when it has none)."""
     return getattr(model, getattr(model, "base_model_prefix", "model"), default)
-
-
-def changes_logits(model: Any) -> bool:
-    """Whether the model changes its logits beyond its head (Gemma 2's softcapping, a logit
-    scale), so that the head on the body's states is not its forward's logits."""
-    config = model.config
-    return any(getattr(config, a, None) for a in ("final_logit_softcapping", "logit_scale"))
 
 
 @contextmanager

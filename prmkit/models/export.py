@@ -33,7 +33,7 @@ def export_prm(model: str, output: str, dtype: str = "float32",
     ``output``. Returns what was written (architecture, parameters)."""
     import torch
 
-    from prmkit.models.hf import load_hf_prm
+    from prmkit.models.backends.hf import load_hf_prm
     from prmkit.models.reading import HFConfig
 
     if dtype not in EXPORT_DTYPES:

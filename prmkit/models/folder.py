@@ -113,9 +113,12 @@ def kind_of(model: str) -> str:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """A default model name (see prmkit.models.pypi), a local folder, or a hub id."""
-    from prmkit.models.pypi import DEFAULT_MODELS, resolve
+    """``default`` (the trained default PRM), a default model name (see prmkit.models.pypi), a
+    local folder, or a hub id."""
+    from prmkit.models.pypi import DEFAULT_MODELS, DEFAULT_PRM, default_prm_path, resolve
 
+    if name_or_path == DEFAULT_PRM and not os.path.isdir(name_or_path):
+        return default_prm_path()
     if name_or_path in DEFAULT_MODELS:
         return resolve(name_or_path)
     if os.path.isdir(name_or_path):
@@ -124,9 +127,38 @@ def resolve_model_path(name_or_path: str) -> str:
         return name_or_path
     looks_like_hub_id = name_or_path.count("/") == 1 and not name_or_path.startswith((".", "/", "~"))
     if looks_like_hub_id and not os.path.exists(name_or_path):
+        check_hub(name_or_path)
         return name_or_path
-    raise PrmkitError(f"model {name_or_path!r}: no such folder (default models: "
+    raise PrmkitError(f"model {name_or_path!r}: no such folder (named models: {DEFAULT_PRM}, "
                       f"{', '.join(DEFAULT_MODELS)})")
+
+
+def check_hub(repo_id: str, timeout: float = 3.0) -> None:
+    """Fail at once, saying why, when the hub id ``repo_id`` is not in the local Hugging Face
+    cache and the hub cannot be reached (transformers would retry for most of a minute)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub.constants import ENDPOINT, HF_HUB_OFFLINE
+    except ImportError:
+        return
+    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(ENDPOINT)
+    why = "HF_HUB_OFFLINE is set" if HF_HUB_OFFLINE else None
+    if why is None:
+        try:
+            socket.create_connection((url.hostname or "huggingface.co",
+                                      url.port or (443 if url.scheme == "https" else 80)),
+                                     timeout=timeout).close()
+            return
+        except OSError as e:
+            why = f"{url.hostname} cannot be reached ({e.strerror or type(e).__name__})"
+    raise PrmkitError(f"model {repo_id!r} is not in the local Hugging Face cache and cannot be "
+                      f"downloaded: {why}. Download it where the hub is reachable "
+                      f"(huggingface-cli download {repo_id} --local-dir DIR) and pass --model DIR")
 
 
 def base_of(path: str, base: str) -> str:
@@ -143,9 +175,21 @@ def folder_format(model: str, path: str, step_format: str | StepFormat | None,
     if isinstance(step_format, StepFormat):
         return step_format
     if step_format is None:
+        from prmkit.models.names import format_for
+
         saved = os.path.join(path, FORMAT_FILE)
+        if not os.path.isfile(saved) and format_for(model):
+            return get_format(format_for(model) or "")
         if not os.path.isfile(saved):
             raise PrmkitError(f"model {model!r} has no {FORMAT_FILE}: say which step format it "
                               f"reads {presets}")
         step_format = saved
     return get_format(step_format)
+
+
+def load_error(model: str, path: str, error: BaseException, what: str = "model") -> str:
+    """One line that names the folder (or name) and what failed to load from it: any error of
+    a loader, so that a user never sees a traceback."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    where = model if os.path.abspath(model) == os.path.abspath(path) else f"{model} ({path})"
+    return f"{what} {where}: cannot load: {type(error).__name__}: {first}".rstrip(": ")

@@ -5,32 +5,10 @@ tokenizer. The first call converts the package's GGUF file once into that cache 
 20 s for SmolLM2, 45 s for Gemma 3 once its GGUF is assembled); later calls return it at once.
 The cache lives in ``$PRMKIT_CACHE`` (default ``~/.cache/prmkit``)/models/NAME.
 
-Loading from the cache, measured by ``bench/load.py`` (2026-11-30, 2 shared cores, load average
-~3, files in the page cache), in seconds after the imports; bfloat16 is the loaders' dtype
-"auto"; before = cache layout 1 (prmkit before CACHE_VERSION), now = layout 2:
-
-    model          dtype      tokenizer       weights   tokenizer + config + model
-                              before   now              before   now
-    smollm2-135m   bfloat16   0.14     0.09   0.34      0.49     0.46
-                   float32                    0.10      0.26     0.22
-    gemma3-270m    bfloat16   3.00     1.13   0.49      3.50     1.63
-                   float32                    0.09      3.28     1.25
-
-Every process pays its imports once besides: torch ~1.0 s, transformers ~0.8 s, and ~1.3 s for
-transformers' model machinery on the first load (torch.distributed.tensor, dynamo), so a job's
-first ``load_hf_generator`` takes ~2.2 s for SmolLM2 and ~3.4 s for Gemma 3 (4.8 s before).
-
-Where the time goes. transformers builds the model on the meta device (no random init, 0.02 s)
-and maps the safetensors file. The weights stay float32, what the GGUF de-quantises to, so every
-dtype loads the exact values (the default PRM was trained on them): a float32 load copies
-nothing (pages are read on first use; cold from disk, Gemma's 1.07 GB take ~1.3 s here), a
-bfloat16 load is the cast. The tokenizer is the rest: cache layout 2 loads it straight from
-``tokenizer.json`` (:func:`_fast_tokenizer_config`), where GemmaTokenizer rebuilt its vocabulary
-in Python. That Rust deserialisation is the floor, ~1.0 s for Gemma's 262,144 tokens and 514,906
-merges, so Gemma 3 does not load in under a second on this machine; SmolLM2 does. A folder
-written by an older prmkit is upgraded in place by the first ``resolve`` (once, ~4 s for Gemma),
-and only if the new tokenizer reads exactly like the old one; tests/test_pypi_cache.py checks
-that the fast load gives the same ids and logits as the old one.
+Cache layout 2 loads the tokenizer straight from ``tokenizer.json`` (:func:`_fast_tokenizer_config`);
+a folder written by an older layout is upgraded in place by the first ``resolve``, only if the
+new tokenizer reads exactly like the old one (tests/test_pypi_cache.py). Load times are in
+bench/README.md (``bench/load.py``).
 """
 
 from __future__ import annotations
@@ -78,6 +56,15 @@ DEFAULT_MODELS: dict[str, PypiModel] = {
 # The default prmkit PRM: SmolLM2-135M with its last layers and a 2-class head fine-tuned on
 # PRM800K human step labels, shipped as a delta (see prmkit/models/folder.py and its card).
 DEFAULT_PRM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default_prm")
+# the name of the trained default PRM, wherever a model is named
+DEFAULT_PRM = "default"
+
+
+def default_prm_path() -> str:
+    """The folder of the trained default PRM shipped in the package."""
+    if not os.path.isfile(os.path.join(DEFAULT_PRM_DIR, "prmkit_format.json")):
+        raise PrmkitError("no default PRM is installed with this prmkit; pass --model")
+    return DEFAULT_PRM_DIR
 
 
 # The layout of a cache folder. 1: as transformers saved it (no CACHE_INFO file). 2: the tokenizer

@@ -1,8 +1,8 @@
 """Reading a model's outputs at step positions: dtypes, the HF run config, padding,
 token-budget batching and :class:`Reader`.
 
-The one place both the scorers (:mod:`prmkit.models.hf`, :mod:`prmkit.models.incremental`,
-:mod:`prmkit.models.implicit`) and the trainers (:mod:`prmkit.train`) get step logits from, so
+The one place both the scorers (:mod:`prmkit.models.backends.hf`, :mod:`prmkit.models.sharing.incremental`,
+:mod:`prmkit.models.backends.implicit`) and the trainers (:mod:`prmkit.train`) get step logits from, so
 the positions a trainer labels are the positions a scorer reads (ARCHITECTURE.md, "The step
 format's contract").
 """
@@ -10,11 +10,13 @@ format's contract").
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.models.body import backbone as body_of, changes_logits
+from prmkit.models.architectures import final_logits, head_is_known
+from prmkit.models.body import backbone as body_of
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat
 
 log = logging.getLogger("prmkit")
@@ -22,13 +24,13 @@ log = logging.getLogger("prmkit")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # the torch dtype of each name; ``auto`` is :func:`fast_dtype` of the device
 TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+# what ``auto`` resolves to when set, whatever the machine
+AUTO_DTYPE_ENV = "PRMKIT_AUTO_DTYPE"
+AUTO_DTYPE_CHOICES = ("float32", "bfloat16")
 # CPU flags of native bfloat16 arithmetic (x86: AVX512-BF16, AMX; Arm: the BF16 extension)
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 # a trainer's compute dtype: float32 weights, optionally bfloat16 autocast
 TRAIN_DTYPES = ("float32", "bfloat16")
-# Encoder models attend both ways, so padding must stay masked for them.
-BIDIRECTIONAL = {"bert", "roberta", "deberta", "deberta-v2", "electra", "distilbert",
-                 "xlm-roberta", "modernbert", "albert", "mpnet"}
 
 
 @dataclass
@@ -37,9 +39,9 @@ class HFConfig:
 
     dtype: str = field(default="auto", metadata={
         "help": "auto = bfloat16 on a GPU and on a CPU with native bfloat16 (AVX512-BF16 or "
-                "AMX: about 4x faster there than float32), float32 on other CPUs (AVX2 alone "
-                "emulates bfloat16, 7x slower than float32). Use float32 to compare scores "
-                "exactly: bf16 scores differ by up to ~3e-2."})
+                "AMX), float32 on other CPUs; $PRMKIT_AUTO_DTYPE (float32 or bfloat16) "
+                "overrides it. Use float32 to compare scores exactly: bfloat16 scores differ "
+                "by up to about 3e-2."})
     device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:1, ..."})
     token_budget: int = field(default=16384, metadata={
         "help": "maximum padded tokens in one forward pass (longest x batch size)"})
@@ -70,8 +72,7 @@ class HFConfig:
 def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     """Whether this CPU does bfloat16 arithmetic natively (read from ``/proc/cpuinfo``'s flags,
     or ``cpuinfo`` when given). Without it (AVX2 alone, or no ``/proc/cpuinfo``), torch emulates
-    bfloat16 matmuls: SmolLM2-135M's forward took 182 s in bfloat16 autocast against 26 s in
-    float32 on a 2-core AMD EPYC with AVX2 (2026-12-02)."""
+    bfloat16 matmuls, several times slower than float32 (docs/benchmarks.md)."""
     if cpuinfo is None:
         try:
             with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
@@ -88,8 +89,16 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
 
 
 def fast_dtype(device: str = "cpu") -> str:
-    """What ``auto`` means on ``device``: bfloat16 on a CPU with native bfloat16 and on a GPU
-    that supports it (a CUDA GPU before Ampere does not), else float32."""
+    """What ``auto`` means on ``device``: ``$PRMKIT_AUTO_DTYPE`` when set (float32 or
+    bfloat16, for numbers that do not depend on the machine); else bfloat16 on a CPU with
+    native bfloat16 and on a GPU that supports it (a CUDA GPU before Ampere does not), else
+    float32."""
+    forced = os.environ.get(AUTO_DTYPE_ENV, "").strip()
+    if forced:
+        if forced not in AUTO_DTYPE_CHOICES:
+            raise PrmkitError(f"${AUTO_DTYPE_ENV} is {forced!r}: it must be one of "
+                              f"{', '.join(AUTO_DTYPE_CHOICES)}")
+        return forced
     device = str(device)
     if device.startswith("cuda"):
         import torch
@@ -229,7 +238,7 @@ class Reader:
         if step_format.reading == "label-tokens":
             lm_head = model.get_output_embeddings()
             backbone = body_of(model)
-            if lm_head is not None and backbone is not None and not changes_logits(model):
+            if lm_head is not None and backbone is not None and head_is_known(model):
                 # only the read positions go through the vocabulary projection
                 self.backbone, self.lm_head = backbone, lm_head
 
@@ -239,9 +248,9 @@ class Reader:
         """Logits at (rows, cols). ``via`` runs the forward through a wrapper of the model
         (DDP must see the forward call); it then takes the full forward path. ``cache`` is a
         transformers key-value cache of the tokens before ``ids`` (extended in place;
-        :mod:`prmkit.models.incremental`): ``ids`` then continue those tokens, at
+        :mod:`prmkit.models.sharing.incremental`): ``ids`` then continue those tokens, at
         ``positions`` (position ids) when the rows' caches are left-padded; without a cache,
-        ``positions`` and a 4D ``attn`` read a packed tree (:mod:`prmkit.models.treepass`).
+        ``positions`` and a 4D ``attn`` read a packed tree (:mod:`prmkit.models.sharing.treepass`).
         ``ids`` may also be hidden states (a float tensor, batch x length x hidden) that enter
         the model as ``inputs_embeds`` (:mod:`prmkit.train.frozen`); a surprisal head then
         needs their token ids, ``tokens``, and may be given its stored LM ``features``."""
@@ -251,7 +260,7 @@ class Reader:
             if self.backbone is not None and via is None:
                 hidden = self.backbone(**given, attention_mask=attn,
                                        **cache_kwargs(self.backbone, cache, positions)).last_hidden_state
-                return self.lm_head(hidden[rows, cols])[:, self.pair]
+                return final_logits(self.model, hidden[rows, cols])[:, self.pair]
             return model(**given, attention_mask=attn,
                          **cache_kwargs(model, cache, positions)).logits[rows, cols][:, self.pair]
         kwargs = dict(given, attention_mask=attn, **cache_kwargs(model, cache, positions))
@@ -274,7 +283,7 @@ class Reader:
     def hazard_continued(self, ids: Any, attn: Any, cache: Any, positions: Any, before: Any,
                          previous: Sequence[Any]) -> tuple[Any, Any]:
         """A hazard head read on ``ids`` that continue cached tokens (prefix sharing,
-        :mod:`prmkit.models.shared`): every new token's log S (the sum of log P(no error) over
+        :mod:`prmkit.models.sharing.prefix`): every new token's log S (the sum of log P(no error) over
         the row's tokens up to it), given ``before[b]``, the sum over row b's cached tokens.
         A surprisal head reads the first new token against ``previous[b]``, the final hidden
         state of the last cached token (None: no cached token, so the first token's features
@@ -351,7 +360,7 @@ def head_logits(output: Any) -> Any:
 def cache_kwargs(module: Any, cache: Any, positions: Any = None) -> dict[str, Any]:
     """Forward arguments that pass a key-value cache: ``cache`` (transformers 5.x) or
     ``past_key_values`` (before), whichever the module's forward takes, and the position ids
-    when given (without a cache too: :mod:`prmkit.models.treepass`)."""
+    when given (without a cache too: :mod:`prmkit.models.sharing.treepass`)."""
     if cache is None:
         return {} if positions is None else {"position_ids": positions}
     import inspect

@@ -32,8 +32,8 @@ A completion with no steps gets PRM score 0; a solution whose every step the PRM
 (too long) gets 0 too, so an RL policy cannot escape the PRM by writing past its context.
 
 The PRM is any object with the :class:`prmkit.models.base.PRM` protocol: a local
-:class:`prmkit.models.hf.HFPRM`, an implicit PRM (:mod:`prmkit.models.implicit`), or
-:class:`prmkit.models.remote.RemotePRM`, the client of ``prmkit serve``, which is how several
+:class:`prmkit.models.backends.hf.HFPRM`, an implicit PRM (:mod:`prmkit.models.backends.implicit`), or
+:class:`prmkit.models.backends.remote.RemotePRM`, the client of ``prmkit serve``, which is how several
 trainer processes share one PRM.
 """
 

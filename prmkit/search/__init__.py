@@ -11,7 +11,7 @@ base.py        the shared config, compute account, nodes, expansion and records
 run.py         the resumable job; cli.py the ``prmkit search`` command
 
 New steps are scored incrementally on top of their prefix's key-value cache
-(:mod:`prmkit.models.incremental`).
+(:mod:`prmkit.models.sharing.incremental`).
 """
 
 from prmkit.search.base import Compute, ComputeAccount, SearchConfig, SearchResult

@@ -7,7 +7,7 @@ The contract (ARCHITECTURE.md, "Contracts"): a search method is a function
 
 ``problems`` are :class:`prmkit.generate.run.Problem` (id, text, reference); ``generator`` and
 ``prompter`` come from :func:`prmkit.generate.load.load_policy` (any backend); ``prm`` is any
-PRM (:class:`prmkit.models.base.PRM`) or a ready :class:`prmkit.models.incremental.PrefixScorer`.
+PRM (:class:`prmkit.models.base.PRM`) or a ready :class:`prmkit.models.sharing.incremental.PrefixScorer`.
 The problems of one call are searched in lockstep, so every generator call and every PRM pass
 holds the work of all of them (a backend batches it). A :class:`SearchResult` holds, per
 problem, the final candidates as records (one group per problem, best first, the chosen one
@@ -32,7 +32,7 @@ from prmkit.generate.base import Generator, check_sampling
 from prmkit.generate.prompts import Prompter
 from prmkit.generate.run import Problem
 from prmkit.generate.stepwise import Step, next_steps
-from prmkit.models.incremental import Prefix, PrefixScorer, prefix_scorer, release
+from prmkit.models.sharing.incremental import Prefix, PrefixScorer, prefix_scorer, release
 from prmkit.records import Record
 
 SELECT_METHODS = ("prm-last", "prm-min", "prm-prod", "prm-mean", "prm-geomean", "majority",

@@ -35,7 +35,7 @@ from prmkit.errors import PrmkitError
 from prmkit.generate.base import Generator
 from prmkit.generate.prompts import Prompter
 from prmkit.generate.run import Problem
-from prmkit.models.incremental import PrefixScorer
+from prmkit.models.sharing.incremental import PrefixScorer
 from prmkit.search.base import (ComputeAccount, Node, SearchConfig, SearchResult, check_width,
                                 expand, finish, grow, make_scorer, roots, value)
 

@@ -3,7 +3,7 @@ Lightman et al. 2023, "Let's Verify Step by Step").
 
 Sample ``n`` whole solutions per problem, split each into steps by the rule the prompt teaches,
 score every step with the PRM (a problem's solutions on their shared prefixes, so its prompt is
-read once: :func:`prmkit.models.shared.score_by_problem`, the scores one-pass scoring gives;
+read once: :func:`prmkit.models.sharing.prefix.score_by_problem`, the scores one-pass scoring gives;
 one forward pass per solution for a PRM that cannot share), and choose one with ``select``
 (:mod:`prmkit.select`: the best aggregated score, or PRM-weighted majority voting). It is the
 baseline every tree search must beat at the same budget: its candidates are independent, so
@@ -19,9 +19,9 @@ from prmkit.generate.base import Generator
 from prmkit.generate.prompts import Prompter
 from prmkit.generate.run import Problem
 from prmkit.generate.stepwise import solve
-from prmkit.models.incremental import Prefix
-from prmkit.models.shared import can_share, score_by_problem
-from prmkit.models.sharestats import ShareStats
+from prmkit.models.sharing.incremental import Prefix
+from prmkit.models.sharing.prefix import can_share, score_by_problem
+from prmkit.models.sharing.stats import ShareStats
 from prmkit.search.base import ComputeAccount, Node, SearchConfig, SearchResult, finish, make_scorer
 from prmkit.steps import split_steps
 

@@ -4,7 +4,7 @@ Endpoints (every one needs ``Authorization: Bearer TOKEN``, or ``?token=TOKEN`` 
 clients that cannot set headers such as OpenRLHF, when the server has a token):
 
 ``POST /v1/score``
-    The wire contract of :mod:`prmkit.models.remote` (version 1): ``{"problems", "steps"}`` ->
+    The wire contract of :mod:`prmkit.models.backends.remote` (version 1): ``{"problems", "steps"}`` ->
     ``{"step_scores", "model", "format", "aggregates"}``. Also accepted: ``"texts"``, full
     solution texts split into steps by the server's step rule (with ``"problems"``: each text
     is the solution to that problem; without: the text holds the problem, cut as
@@ -31,7 +31,7 @@ more than ``max_solutions`` solutions; 422 a body of the wrong shape, a solution
 Scoring runs on one worker thread that owns the model (:class:`~prmkit.serve.batcher.Batcher`):
 handlers validate and count tokens (in a thread pool, off the event loop), queue the request,
 and wait; the solutions of one problem are kept in one micro-batch and share their prefix, read
-once (:func:`prmkit.models.shared.score_by_problem`). Shutdown (Ctrl-C, SIGTERM) stops
+once (:func:`prmkit.models.sharing.prefix.score_by_problem`). Shutdown (Ctrl-C, SIGTERM) stops
 accepting connections, lets requests in flight finish (``graceful_timeout``), then drains.
 """
 
@@ -56,7 +56,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from prmkit.aggregate import AGGREGATES
 from prmkit.errors import PrmkitError
 from prmkit.models.base import PRM
-from prmkit.models.shared import ShareStats, can_share, score_by_problem
+from prmkit.models.sharing.prefix import ShareStats, can_share, score_by_problem
 from prmkit.serve.batcher import Batcher, Closed, Overloaded
 from prmkit.serve.config import ServeConfig
 from prmkit.serve.disconnect import WatchDisconnect, body_chunks, wait_answer

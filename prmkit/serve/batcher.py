@@ -14,7 +14,7 @@ How it works:
   idle, the first piece waits until the oldest job has waited ``max_wait_ms``, or until the
   waiting jobs fill the token budget, whichever comes first (and not at all while closing).
   A piece takes solutions, oldest job first, while its padded size (its longest solution x its
-  number of solutions, as :func:`prmkit.models.hf.token_budget_batches` counts it) stays within
+  number of solutions, as :func:`prmkit.models.backends.hf.token_budget_batches` counts it) stays within
   a cap: ``token_budget``, or less where the measured speed says one call would take more than
   ``PIECE_SECONDS`` (2 s), but never less than ``MIN_PIECE`` (1024 tokens, also the cap before
   the first measure): on a CPU a call's fixed cost (every pass reads all the weights) makes
@@ -25,7 +25,7 @@ How it works:
   piece by length and packs it into token-budget forward passes;
 * **together** (``Batcher(..., together=True)``; the server sets it when it shares prefixes):
   the solutions of one problem go into the same piece wherever they fit, because the PRM reads
-  their common prefix once per piece (:mod:`prmkit.models.shared`). A job's solutions are put
+  their common prefix once per piece (:mod:`prmkit.models.sharing.prefix`). A job's solutions are put
   side by side by problem (the answer keeps the caller's order), a job whose next problem an
   earlier job holds follows that job, and a piece that cannot take all of a problem's run of
   solutions ends before it; the run a piece begins with is taken whole past the cap (so such a

@@ -73,7 +73,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         raise PrmkitError("prmkit serve needs FastAPI and uvicorn: pip install 'prmkit[serve]'")
     from prmkit.models.load import model_kind, open_prm
     from prmkit.models.reading import HFConfig
-    from prmkit.models.remote import is_remote
+    from prmkit.models.backends.remote import is_remote
     from prmkit.serve.app import bind, create_app, uvicorn_server
 
     if args.model and is_remote(args.model):

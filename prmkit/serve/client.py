@@ -1,7 +1,7 @@
 """A Python client of ``prmkit serve``, with retries.
 
 :class:`PrmClient` speaks every endpoint of :mod:`prmkit.serve.app`. Requests go through
-:class:`prmkit.models.remote.RemotePRM` (standard library only), so retries behave as its
+:class:`prmkit.models.backends.remote.RemotePRM` (standard library only), so retries behave as its
 docstring says: connection errors and 502/503/504 are retried up to ``retries`` times with
 exponential backoff, a 503's ``Retry-After`` is honoured (up to ``max_retry_after`` seconds),
 and every other error (400, 401, 413, 422) is raised at once as a
@@ -22,7 +22,7 @@ import time
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.models.remote import RemotePRM, RemoteStats, validate_response
+from prmkit.models.backends.remote import RemotePRM, RemoteStats, validate_response
 
 
 class PrmClient:

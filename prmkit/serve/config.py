@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from prmkit.aggregate import AGGREGATES
 from prmkit.errors import PrmkitError
-from prmkit.models.remote import is_loopback as is_loopback_address
+from prmkit.models.backends.remote import is_loopback as is_loopback_address
 from prmkit.serve.batcher import BatcherConfig
 from prmkit.steps import RULES
 

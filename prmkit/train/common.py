@@ -36,6 +36,8 @@ class TrainConfig:
     output: str = field(metadata={
         "help": "output folder: best/, last/, metrics.jsonl, untrained.json (the baselines)"})
     eval_data: str | None = field(default=None, metadata={"help": "dev records for validation"})
+    limit: int | None = field(default=None, metadata={
+        "help": "train on the first N records of --data only (to try a run on a few hundred)"})
     format: str = field(default="prmkit", metadata={"help": "step format preset or JSON"})
     max_length: int = field(default=1024, metadata={"help": "longer solutions are left out"})
     dtype: str = field(default="float32", metadata={
@@ -50,6 +52,15 @@ class TrainConfig:
             raise PrmkitError(f"--dtype {self.dtype!r} is not float32 or bfloat16")
         if min_length and self.max_length < 8:
             raise PrmkitError("--max-length must be at least 8")
+        if self.limit is not None and self.limit < 1:
+            raise PrmkitError(f"--limit must be at least 1, got {self.limit}")
+
+    def training_records(self) -> list[Any]:
+        """The records of ``data``, the first ``limit`` of them when a limit is set."""
+        from prmkit.formats.detect import read_records
+
+        records = read_records(self.data)
+        return records if self.limit is None else records[:self.limit]
 
     @property
     def autocast_bf16(self) -> bool:
@@ -160,3 +171,17 @@ def _card_lines(cfg: Any, fmt: StepFormat, kind: str, metrics: dict[str, Any], n
         f"computed in float32", "",
         "## Measured at this checkpoint", "", "| metric | value |", "|---|---|",
         *metric_lines]
+
+
+def score_with_progress(prm: Any, records: Sequence[Any], desc: str = "validate",
+                        ) -> list[list[float | None]]:
+    """``prm``'s step scores of ``records`` (an in-memory HF scorer), with a progress bar: a
+    validation pass over a dev set takes a while on a CPU."""
+    from prmkit.progress import progress
+
+    out: list[list[float | None]] = [[] for _ in records]
+    with progress(total=len(records), desc=desc, unit="rec") as bar:
+        for i, scores in prm.score_iter([r.problem for r in records], [r.steps for r in records]):
+            out[i] = scores
+            bar.update(1)
+    return out

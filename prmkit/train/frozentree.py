@@ -4,8 +4,8 @@ takes a custom mask).
 
 A training set's sequences share a prompt template, a problem's candidates its text and often
 their first steps. Read one by one, every shared prefix is read again; here the distinct
-sequences form one radix tree of their ids (:func:`prmkit.models.treepass.token_tree`), cut into
-rows of tree attention (:mod:`prmkit.models.treepass`), and each sequence's states are gathered
+sequences form one radix tree of their ids (:func:`prmkit.models.sharing.treepass.token_tree`), cut into
+rows of tree attention (:mod:`prmkit.models.sharing.treepass`), and each sequence's states are gathered
 from its path through its row. A surprisal head alone (``--last-k 0``) also gets its LM features
 from the same pass (:func:`tree_features`). Both equal a plain forward's to float rounding.
 """
@@ -29,7 +29,7 @@ def tree_hidden(frozen: Any, seqs: Sequence[Any], budget: int, pad: int, device:
     mask."""
     import torch
 
-    from prmkit.models.treepass import ROW_TOKENS, mask_blocker, split_rows, token_tree, tree_inputs
+    from prmkit.models.sharing.treepass import ROW_TOKENS, mask_blocker, split_rows, token_tree, tree_inputs
     from prmkit.progress import progress
 
     if mask_blocker(frozen.model) is not None:
@@ -91,7 +91,7 @@ def tree_features(lm: Any, rows: Sequence[Any], ids: Any, hidden: Any) -> list[A
     vocabulary projection runs once per token of the tree, not once per sequence."""
     import torch
 
-    from prmkit.models.treepass import path_before
+    from prmkit.models.sharing.treepass import path_before
 
     out = []
     with torch.no_grad(), torch.autocast(hidden.device.type, enabled=False):

@@ -12,7 +12,7 @@ an outcome reward model. Two objectives (the paper instantiates both, and others
 * ``dpo``: pairs of a correct and a wrong solution of the same problem (same ``group``),
   -log sigmoid(r(chosen) - r(rejected)), as in DPO (Rafailov et al. 2023).
 
-The trained model scores steps for free through :class:`prmkit.models.implicit.ImplicitPRM`
+The trained model scores steps for free through :class:`prmkit.models.backends.implicit.ImplicitPRM`
 (the token log ratios summed over each step, per-step and cumulative forms; see there).
 
 Text layout: the solution is encoded by the step format (:mod:`prmkit.stepformat`), the one
@@ -24,7 +24,7 @@ Costs. The reference is frozen, so its log-probabilities of the training solutio
 computed once, before the first step, with the starting weights (which *are* the reference),
 and kept as one number per solution: training runs only the policy. Validation and the saved
 folder need the reference as a model; its memory cost is documented in
-:mod:`prmkit.models.implicit` (``last-k``: k extra layers; LoRA: none; full: a second copy).
+:mod:`prmkit.models.backends.implicit` (``last-k``: k extra layers; LoRA: none; full: a second copy).
 
 The trained folder records ``kind: implicit-prm``, the base (the reference) and ``beta``;
 ``prmkit score --model DIR`` and every evaluation load it through the PRM protocol.
@@ -77,7 +77,7 @@ class ImplicitTrainConfig(TrainConfig):
                 "and in every later scoring (as train prm --calculator; prmkit.calculator)"})
 
     def __post_init__(self) -> None:
-        from prmkit.models.implicit import FORMS
+        from prmkit.models.backends.implicit import FORMS
 
         if self.objective not in OBJECTIVES:
             raise PrmkitError(f"--objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
@@ -131,7 +131,7 @@ class ImplicitObjective:
         import torch
 
         from prmkit.models.reading import pad_right
-        from prmkit.models.implicit import token_logps
+        from prmkit.models.backends.implicit import token_logps
 
         ids, _ = pad_right([e.input_ids for e in seqs], self.pad_id)
         rows, cols = read_index(seqs, device)
@@ -192,12 +192,12 @@ def validate_implicit(prm: Any, records: Sequence[Record]) -> dict[str, float]:
 def train_implicit(cfg: ImplicitTrainConfig) -> list[dict[str, Any]]:
     """Train; returns the validation history (also in ``OUTPUT/metrics.jsonl``)."""
     from prmkit.models.reading import HFConfig
-    from prmkit.models.implicit import ImplicitPRM, implicit_format, make_reference
+    from prmkit.models.backends.implicit import ImplicitPRM, implicit_format, make_reference
 
     fmt: StepFormat = implicit_format(cfg.format)
     if cfg.calculator:
         fmt = dataclasses.replace(fmt, calculator=True)
-    train_records = read_records(cfg.data)
+    train_records = cfg.training_records()
     dev = [r for r in read_records(cfg.eval_data)
            if r.is_correct is not None or r.labels_or_first_error()] if cfg.eval_data else []
     model, tokenizer = load_base(cfg, fmt)
@@ -252,7 +252,7 @@ def write_card(cfg: ImplicitTrainConfig, fmt: StepFormat, folder: str, metrics: 
         "An implicit process reward model (Yuan et al. 2024, \"Free Process Rewards without "
         "Process Labels\"): an outcome model whose reward is beta * log(pi/pi_ref) summed over "
         "the response, trained on outcome labels only. Step k's reward is the sum of the token "
-        "log ratios inside step k; see prmkit/models/implicit.py.", "",
+        "log ratios inside step k; see prmkit/models/backends/implicit.py.", "",
         f"- policy: `{cfg.base}`, trained: {trained}",
         f"- reference (frozen): `{cfg.base}`; beta = {cfg.beta}",
         f"- objective: `{cfg.objective}`; text layout: `{fmt.name}`"

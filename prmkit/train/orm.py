@@ -29,7 +29,7 @@ from prmkit.formats.detect import read_records
 from prmkit.records import Record
 from prmkit.stepformat import BoundFormat
 from prmkit.train.common import (HEADS, TrainConfig, auc, load_base, make_saver, pad_id,
-                                 read_logits, training_format)
+                                 read_logits, score_with_progress, training_format)
 from prmkit.train.loop import Example, Loop, set_trainable
 from prmkit.train.prm import StepObjective, cached_dev_scores, dev_examples, init_hazard_head
 
@@ -156,7 +156,7 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
     from prmkit.models.reading import HFConfig, Reader
 
     fmt = training_format(cfg.format, cfg.head, cfg.calculator)
-    train_records = read_records(cfg.data)
+    train_records = cfg.training_records()
     dev = [r for r in read_records(cfg.eval_data) if r.is_correct is not None] \
         if cfg.eval_data else []
     model, tokenizer = load_base(cfg, fmt)
@@ -181,7 +181,7 @@ def train_orm(cfg: ORMTrainConfig) -> list[dict[str, Any]]:
             scores = cached_dev_scores(objective, dev, dev_seqs, next(m.parameters()).device)
         else:
             prm = wrap_model(m, tokenizer, fmt, HFConfig(dtype="float32", max_length=cfg.max_length))
-            scores = prm.score([r.problem for r in dev], [r.steps for r in dev])
+            scores = score_with_progress(prm, dev)
         a = auc([float(bool(r.is_correct)) for r in dev], [s[-1] if s[-1] is not None else 0.0
                                                            for s in scores])
         return {"dev_auc": round(a, 6) if a is not None else float("-inf")}

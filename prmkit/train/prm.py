@@ -36,7 +36,7 @@ from prmkit.formats.detect import read_records
 from prmkit.records import Record, first_error_from_labels
 from prmkit.stepformat import BoundFormat
 from prmkit.train.common import (HEADS, TrainConfig, auc, load_base, make_saver, pad_id,
-                                 read_logits, training_format)
+                                 read_logits, score_with_progress, training_format)
 from prmkit.train.loop import HEAD_MODULES, Example, Loop, set_trainable
 
 FITNESS = ("auc", "f1")
@@ -82,7 +82,7 @@ class PRMTrainConfig(TrainConfig):
         "help": "what picks best/: auc (step AUC on dev) or f1 (first-error F1 on dev)"})
     dtype: str = field(default="float32", metadata={
         "help": "compute dtype: float32, or bfloat16 (autocast: bf16 matmuls, float32 weights "
-                "and optimiser, about 2x faster on CPU)"})
+                "and optimiser; faster only on a CPU or GPU with native bfloat16)"})
 
     def __post_init__(self) -> None:
         if self.head not in HEADS:
@@ -215,7 +215,7 @@ def first_error_f1(records: Sequence[Record], scores: Sequence[Sequence[float | 
 
 def validate(prm: Any, records: Sequence[Record]) -> dict[str, float]:
     """Step AUC and first-error F1 of a scorer on labelled dev records."""
-    return step_metrics(records, prm.score([r.problem for r in records], [r.steps for r in records]))
+    return step_metrics(records, score_with_progress(prm, records))
 
 
 def step_metrics(records: Sequence[Record], scores: Sequence[Sequence[float | None]]) -> dict[str, float]:
@@ -277,7 +277,7 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
     from prmkit.models.reading import HFConfig, Reader
 
     fmt = training_format(cfg.format, cfg.head, cfg.calculator)
-    train_records = read_records(cfg.data)
+    train_records = cfg.training_records()
     dev_records = [r for r in read_records(cfg.eval_data) if r.labels_or_first_error()] \
         if cfg.eval_data else []
     model, tokenizer = load_base(cfg, fmt)

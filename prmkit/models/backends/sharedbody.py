@@ -2,13 +2,13 @@
 
 A last-k implicit PRM (``prmkit train implicit-prm --train last-k``) is a policy whose
 embeddings and bottom layers are its reference's own tensors
-(:func:`prmkit.models.implicit.share_frozen`): only its top k layers and final norm were
+(:func:`prmkit.models.backends.implicit.share_frozen`): only its top k layers and final norm were
 trained. Its step rewards need both models' log-probabilities of the same tokens, and reading
 each model whole runs the shared layers twice. Here the reference's pass gives its own final
 states and, on the way, the input of the first layer it does not share with the policy
 (``output_hidden_states``); the policy then runs only its own top layers and norm on that input.
 Exact in exact arithmetic (the policy's bottom is the same tensors on the same ids), and
-checked: :class:`prmkit.models.implicit.ImplicitPRM` compares its first batch with the two
+checked: :class:`prmkit.models.backends.implicit.ImplicitPRM` compares its first batch with the two
 whole passes and keeps to those when they differ (a model whose layers depend on their index,
 such as Gemma 3's alternating attention windows).
 """
@@ -17,19 +17,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from prmkit.models.body import backbone, changes_logits, layers_from
+from prmkit.models.architectures import final_logits, head_is_known
+from prmkit.models.body import backbone, layers_from
 
 HEAD_CHUNK = 512  # positions per slice of the vocabulary projection
 
 
-def head_logps(head: Any, hidden: Any, targets: Any) -> Any:
-    """log p(targets[i]) under ``head(hidden[i])``, as float32, ``HEAD_CHUNK`` positions at a
+def head_logps(model: Any, hidden: Any, targets: Any) -> Any:
+    """log p(targets[i]) under ``model``'s logits from final hidden states ``hidden[i]``
+    (:func:`prmkit.models.architectures.final_logits`), as float32, ``HEAD_CHUNK`` positions at a
     time; under autograd each chunk is recomputed in the backward pass instead of keeping its
     logits."""
     import torch
 
     def chunk(h: Any, t: Any) -> Any:
-        logits = head(h).float()
+        logits = final_logits(model, h).float()
         return logits.gather(-1, t[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
 
     out = []
@@ -66,9 +68,9 @@ def shared_logps(policy: Any, reference: Any, ids: Any, rows: Any, cols: Any,
                  ) -> tuple[Any, Any] | None:
     """(log pi, log pi_ref) of ``ids[rows, cols]`` given the ids before each, the shared bottom
     layers run once; None when the two share no bottom (:func:`shared_bottom`) or a model
-    changes its logits beyond its head (softcapping, a logit scale)."""
+    is not one whose head prmkit knows (:func:`prmkit.models.architectures.head_is_known`)."""
     n = shared_bottom(policy, reference)
-    if not n or changes_logits(policy) or changes_logits(reference):
+    if not n or not (head_is_known(policy) and head_is_known(reference)):
         return None
     heads = policy.get_output_embeddings(), reference.get_output_embeddings()
     if heads[0] is None or heads[1] is None:
@@ -79,5 +81,5 @@ def shared_logps(policy: Any, reference: Any, ids: Any, rows: Any, cols: Any,
     with layers_from(mine, n):
         top = mine(inputs_embeds=middle).last_hidden_state
     targets = ids[rows, cols]
-    return (head_logps(heads[0], top[rows, cols - 1], targets),
-            head_logps(heads[1], out.last_hidden_state[rows, cols - 1], targets))
+    return (head_logps(policy, top[rows, cols - 1], targets),
+            head_logps(reference, out.last_hidden_state[rows, cols - 1], targets))

@@ -1,18 +1,18 @@
 """Two models on one body scored in one pass: :func:`score_shared_pair`.
 
 A PRM and an ORM trained as heads on the same frozen base (the lab demo's default) are the same
-body under two heads. :mod:`prmkit.models.shared` reads the PRM's trees of shared prefixes, and
+body under two heads. :mod:`prmkit.models.sharing.prefix` reads the PRM's trees of shared prefixes, and
 the ORM's head is put on the same pass's hidden states at the same reads
-(:mod:`prmkit.models.companion`), where that is exact; otherwise each is scored on its own.
+(:mod:`prmkit.lab.companion`), where that is exact; otherwise each is scored on its own.
 """
 
 from __future__ import annotations
 
 from typing import Any, Hashable, Sequence
 
-from prmkit.models.companion import companion_blocker
-from prmkit.models.shared import ShareStats, SharedPrefixScorer, can_share, score_shared
-from prmkit.models.treepass import pack_blocker
+from prmkit.lab.companion import companion_blocker, companion_probs
+from prmkit.models.sharing.prefix import ShareStats, SharedPrefixScorer, can_share, score_shared
+from prmkit.models.sharing.treepass import pack_blocker
 from prmkit.stepformat import Encoded
 
 
@@ -21,7 +21,7 @@ def score_shared_pair(prm: Any, other: Any, problems: Sequence[str],
                       stats: ShareStats | None = None,
                       ) -> tuple[list[list[float | None]], list[list[float | None]]]:
     """:func:`score_shared` of ``prm`` and of ``other``, a companion on the same body
-    (:mod:`prmkit.models.companion`: a PRM and an ORM trained as heads on one frozen base), in
+    (:mod:`prmkit.lab.companion`: a PRM and an ORM trained as heads on one frozen base), in
     one tree pass: ``other``'s scores for the cost of its head. Where that cannot hold (another
     body, another head, other ids or read positions for some solution, or a model that reads no
     tree in one pass) each is scored on its own."""
@@ -29,7 +29,8 @@ def score_shared_pair(prm: Any, other: Any, problems: Sequence[str],
     if can_share(prm) and pack_blocker(prm) is None and companion_blocker(prm, other) is None \
             and all(_same_reads(prm.encode(p, s), other.encode(p, s))
                     for p, s in zip(problems, steps)):
-        scorer = SharedPrefixScorer(prm, stats, also=other)
+        scorer = SharedPrefixScorer(prm, stats, also=other,
+                                    also_head=lambda hidden: companion_probs(other, hidden))
         return scorer.score(problems, steps, groups), scorer.also_scores
     return (score_shared(prm, problems, steps, groups, stats),
             score_shared(other, problems, steps, groups, stats))

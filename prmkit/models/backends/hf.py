@@ -17,7 +17,7 @@ How it scores (ARCHITECTURE.md, "Contracts"):
   (longest x batch size <= ``token_budget``), so little compute goes to padding;
 * padding goes on the right. For a causal model the attention mask can then be dropped: padding
   comes after every real token, so real positions are unchanged, and the attention kernel takes
-  its fast path (about 25% faster on CPU). Bidirectional models keep the mask;
+  its fast path. Bidirectional models keep the mask;
 * a solution longer than the model allows is cut; its steps past the cut come back as None,
   with a warning, never dropped or shifted.
 
@@ -26,14 +26,14 @@ Weights load from safetensors only, and ``trust_remote_code`` is off unless aske
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterator, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.models.base import collect
 from prmkit.models.folder import (architecture_of, folder_format, is_delta, kind_of, load_delta,
-                                  load_model, resolve_model_path)
-from prmkit.models.reading import (BIDIRECTIONAL, DTYPES, TORCH_DTYPES, HFConfig, Reader,
+                                  load_error, load_model, resolve_model_path)
+from prmkit.models.architectures import BIDIRECTIONAL
+from prmkit.models.reading import (DTYPES, TORCH_DTYPES, HFConfig, Reader,
                                    ScoreStats, bucket_batches, encode_or_warn, pad_right,
                                    prefix_encodings, token_budget_batches, torch_dtype)
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat
@@ -171,9 +171,8 @@ def load_hf_prm(model: str, step_format: str | StepFormat | None = None,
         net = delta_or_model(model, path, fmt, dtype, config.trust_remote_code)
     except PrmkitError:
         raise
-    except (OSError, ValueError, json.JSONDecodeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise PrmkitError(f"model {model!r}: cannot load: {first}") from None
+    except Exception as e:  # noqa: BLE001 - any loader failure is the folder's, said plainly
+        raise PrmkitError(load_error(model, path, e)) from None
     return HFPRM(net.to(config.device), tokenizer, fmt, config)
 
 

@@ -221,7 +221,7 @@ def engine_args(path: str, bound: BoundFormat, *, dtype: str = "auto",
                 f"does not return. Score it with the HF backend, or pass "
                 f"convert_label_tokens=True to let vLLM build a one-logit head from the two "
                 f"label rows of the LM head (exact for LM heads without bias or logit scaling; "
-                f"not yet verified on a GPU, see prmkit/models/vllm.py)")
+                f"not yet verified on a GPU, see prmkit/models/backends/vllm.py)")
         kwargs["convert"] = "classify"
         kwargs["hf_overrides"] = {**engine_kwargs.pop("hf_overrides", {}),
                                   **label_token_overrides(bound)}
@@ -278,9 +278,9 @@ class VLLMPRM:
             raise PrmkitError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         if max_model_len is not None and max_model_len < 2:
             raise PrmkitError(f"max_model_len must be at least 2, got {max_model_len}")
+        vllm = _import_vllm()   # before the model's folder or download is looked for
         path = resolve_model_path(model)
         fmt = folder_format(model, path, step_format)
-        vllm = _import_vllm()
         make_params = pooling_params_factory(vllm)  # refuse an old vLLM before loading weights
         from transformers import AutoTokenizer
 

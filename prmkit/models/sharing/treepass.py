@@ -1,6 +1,6 @@
 """Tree attention: a group's tree of shared prefixes read in one forward pass.
 
-:mod:`prmkit.models.shared` reads the candidates of a group as a tree: the group's prefix, a
+:mod:`prmkit.models.sharing.prefix` reads the candidates of a group as a tree: the group's prefix, a
 node for every run of steps that some of them share, and each candidate's suffix below its
 deepest node. Read a depth at a time, each node on its parent's key-value cache, that is one
 forward pass per depth and one for the suffixes, and on a CPU every pass costs the reading of
@@ -26,9 +26,7 @@ Rows. Attention over a row costs its length squared (the masked part is computed
 CPU kernel keeps memory linear in the length), so a row holds at most ``ROW_TOKENS`` tokens, or
 one solution's path where that is longer: a larger tree is split into rows (:func:`split_rows`),
 each with a share of its candidates and all their ancestors (repeated in each row that needs
-them, and counted as computed). Measured (SmolLM2-135M, bfloat16, CPU time against one-pass
-scoring, 2026-12-01): rows of at most 512 tokens gave 2.91x on 40 lab groups of 8 and 1.39x on
-40 GSM8K groups of 4, rows of 1024 2.55x and 1.29x, the depth-wise passes 2.22x and 1.17x.
+them, and counted as computed). docs/scoring.md gives the measured speed-ups.
 
 A hazard head (``--head hazard``, ``surprisal``) reads every token of a path, not one position
 per step: :func:`tree_survival` sums its log keep probabilities along each token's own path,
@@ -37,7 +35,7 @@ at the cut, the token before it in its solution.
 
 What it needs (:func:`pack_blocker`): a model whose attention takes an additive 4D mask as given
 and position ids (transformers' ``sdpa`` and ``eager`` attention; flash-attention kernels take
-no mask). Otherwise :mod:`prmkit.models.shared` reads the tree a depth at a time on caches.
+no mask). Otherwise :mod:`prmkit.models.sharing.prefix` reads the tree a depth at a time on caches.
 """
 
 from __future__ import annotations
@@ -46,7 +44,7 @@ import inspect
 from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from prmkit.errors import PrmkitError
 
@@ -252,15 +250,15 @@ def tree_inputs(rows: Sequence[Sequence[Segment]], pad_id: int) -> tuple[Any, An
     return ids, positions, mask.unsqueeze(1), offsets
 
 
-def tree_forward(prm: Any, rows: Sequence[Sequence[Segment]], also: Any = None) -> TreePass:
+def tree_forward(prm: Any, rows: Sequence[Sequence[Segment]],
+                 also: Callable[[Any], list[float]] | None = None) -> TreePass:
     """One forward pass of ``prm`` (an HFPRM, :func:`pack_blocker` None) over ``rows``, each the
     segments of a tree laid end to end under the tree's attention mask (module docstring).
-    ``also``: a companion on the same body (:mod:`prmkit.models.companion`), read at the same
-    positions from this pass's hidden states."""
+    ``also``: a second head on the same body, given this pass's final hidden states at the
+    reads (reads x hidden) and returning one probability per read."""
     import torch
 
     from prmkit.models.body import backbone, caught_hidden
-    from prmkit.models.companion import companion_probs
 
     ids, positions, mask, offsets = tree_inputs(rows, prm.pad_id)
     r: list[int] = []
@@ -285,7 +283,7 @@ def tree_forward(prm: Any, rows: Sequence[Sequence[Segment]], also: Any = None) 
             logits = prm.reader.logits(ids.to(device), mask.to(device), rr, cc,
                                        positions=positions.to(device))
             flat = prm.reader.probabilities(logits).float().cpu().tolist() if c else []
-        more = companion_probs(also, hidden[-1][rr, cc]) if also is not None and c else []
+        more = also(hidden[-1][rr, cc]) if also is not None and c else []
     return TreePass(by_segment(rows, flat), sum(o[-1] for o in offsets), len(rows) * ids.shape[1],
                     by_segment(rows, more) if also is not None else None)
 

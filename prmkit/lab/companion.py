@@ -3,7 +3,7 @@ the first model's forward pass.
 
 The lab demo trains a PRM and an ORM as heads on one frozen base (``--last-k 0``): every weight
 below the heads is the base's, in both. Scoring the same candidates with both then runs that
-body twice over the same tokens. Here the PRM's pass (:func:`prmkit.models.treepass.tree_forward`)
+body twice over the same tokens. Here the PRM's pass (:func:`prmkit.models.sharing.treepass.tree_forward`)
 catches the body's final hidden states on their way to its head and puts the companion's head on
 them at the read positions: the companion's step scores for the cost of its head.
 

@@ -53,9 +53,11 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.steps import INSTRUCTION
 from prmkit.models.base import collect
-from prmkit.models.body import backbone as body_of, changes_logits
-from prmkit.models.sharedbody import head_logps, shared_logps
+from prmkit.models.architectures import head_is_known
+from prmkit.models.body import backbone as body_of
+from prmkit.models.backends.sharedbody import head_logps, shared_logps
 from prmkit.models import folder
 from prmkit.models.reading import (HFConfig, ScoreStats, encode_or_warn, pad_right, torch_dtype,
                                    prefix_encodings, token_budget_batches)
@@ -69,8 +71,6 @@ SHARED_TOLERANCE = 1e-4
 
 
 def _formats() -> dict[str, StepFormat]:
-    from prmkit.generate.prompts import INSTRUCTION
-
     return {
         "chat": StepFormat(
             name="implicit-chat", layout="chat", system=INSTRUCTION, prefix="{problem}",
@@ -111,7 +111,7 @@ def token_logps(model: Any, ids: Any, attn: Any, rows: Any, cols: Any, via: Any 
     """log pi(ids[r, c] | ids[r, :c]) for each (r, c), c >= 1, as float32.
 
     Only the hidden states at the positions before the wanted tokens go through the LM head
-    (:func:`prmkit.models.sharedbody.head_logps`). ``via`` (a DDP wrapper) takes the plain full
+    (:func:`prmkit.models.backends.sharedbody.head_logps`). ``via`` (a DDP wrapper) takes the plain full
     forward.
     """
     import torch
@@ -120,12 +120,12 @@ def token_logps(model: Any, ids: Any, attn: Any, rows: Any, cols: Any, via: Any 
     core = _core(model)
     head = core.get_output_embeddings()
     backbone = body_of(core)
-    plain = via is not None or head is None or backbone is None or changes_logits(core)
+    plain = via is not None or head is None or backbone is None or not head_is_known(core)
     if plain:
         logits = (via or model)(input_ids=ids, attention_mask=attn).logits[rows, cols - 1].float()
         return logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
     hidden = backbone(input_ids=ids, attention_mask=attn).last_hidden_state[rows, cols - 1]
-    return head_logps(head, hidden, targets)
+    return head_logps(core, hidden, targets)
 
 
 def response_positions(encs: Sequence[Encoded], starts: Sequence[int],
@@ -325,7 +325,7 @@ class ImplicitPRM:
             return policy, token_logps(ref_model, ids, None, r, c)
 
     def _shared(self, ids: Any, r: Any, c: Any) -> tuple[Any, Any] | None:
-        """Both through their shared bottom layers once (:mod:`prmkit.models.sharedbody`), or
+        """Both through their shared bottom layers once (:mod:`prmkit.models.backends.sharedbody`), or
         None. The first batch is checked against :meth:`_whole`; a difference turns it off."""
         if self.shared is False or self.reference is None:
             return None
@@ -383,8 +383,6 @@ def load_implicit_prm(path: str, config: HFConfig | None = None,
     ``prmkit_train.json``). A delta folder (``--train last-k``) shares every tensor but the
     trained ones with it; a full folder (LoRA merged, or full) is a second model.
     """
-    import json
-
     import torch
     from transformers import AutoTokenizer
 
@@ -410,9 +408,8 @@ def load_implicit_prm(path: str, config: HFConfig | None = None,
             policy, _ = folder.load_model(path, "causal-lm", None, dtype)
     except PrmkitError:
         raise
-    except (OSError, ValueError, json.JSONDecodeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise PrmkitError(f"implicit PRM {path!r}: cannot load: {first}") from None
+    except Exception as e:  # noqa: BLE001 - any loader failure is the folder's, said plainly
+        raise PrmkitError(folder.load_error(path, path, e, "implicit PRM")) from None
     for p in list(policy.parameters()) + list(reference.parameters()):
         p.requires_grad_(False)
     return ImplicitPRM(policy.to(config.device), reference.to(config.device), tokenizer, fmt,

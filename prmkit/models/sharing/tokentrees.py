@@ -1,13 +1,13 @@
 """Prefix sharing in one pass: each group of solutions read as the tree of its token ids.
 
-:mod:`prmkit.models.shared` takes the groups (same group, same problem) of a scoring call;
+:mod:`prmkit.models.sharing.prefix` takes the groups (same group, same problem) of a scoring call;
 where the model's attention takes a custom mask, each group is read here. Its solutions' own
-ids form a radix tree (:func:`prmkit.models.treepass.token_tree`): every distinct prefix is one
+ids form a radix tree (:func:`prmkit.models.sharing.treepass.token_tree`): every distinct prefix is one
 token of the tree, cut where two solutions part, so steps that differ only in a result's digits
 share their words. The trees are cut into rows of at most ``row_tokens`` tokens, each row a leaf
-set with all its ancestors (:func:`prmkit.models.treepass.split_rows`), rows of several groups
-share a row of the pass (:func:`prmkit.models.treepass.share_rows`), and each pass is a
-tree-attention forward (:func:`prmkit.models.treepass.tree_forward`). A solution's score at a read
+set with all its ancestors (:func:`prmkit.models.sharing.treepass.split_rows`), rows of several groups
+share a row of the pass (:func:`prmkit.models.sharing.treepass.share_rows`), and each pass is a
+tree-attention forward (:func:`prmkit.models.sharing.treepass.tree_forward`). A solution's score at a read
 is the segment's that holds the read; a segment repeated in several rows is taken from the first.
 
 Why it is exact: each token is read at its position in its own solution, attending to exactly
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Sequence
 
-from prmkit.models.treepass import Segment, joined, share_rows, split_rows, token_tree, tree_forward
+from prmkit.models.sharing.treepass import Segment, joined, share_rows, split_rows, token_tree, tree_forward
 from prmkit.stepformat import Encoded
 
 Rows = list[tuple[list[tuple[int, int]], list[Segment], int]]
@@ -66,14 +66,14 @@ def read_token_trees(scorer: Any, members: list[list[int]], encs: Sequence[Encod
                      out: list[list[float | None] | None],
                      theirs: list[list[float | None] | None]) -> None:
     """Every group's token tree in rows of tree-attention passes of ``scorer``'s PRM (a
-    :class:`prmkit.models.shared.SharedPrefixScorer`: its ``row_tokens``, its batches and its
-    accounting); each solution's scores into ``out``, and its companion's (``scorer.also``,
-    :mod:`prmkit.models.companion`) into ``theirs``."""
+    :class:`prmkit.models.sharing.prefix.SharedPrefixScorer`: its ``row_tokens``, its batches and its
+    accounting); each solution's scores into ``out``, and a second head's
+    (``scorer.also_head``, read in the same passes) into ``theirs``."""
     rows, holders = token_rows(members, encs, scorer.row_tokens)
     read: dict[tuple[int, int], dict[int, float]] = {}
     also: dict[tuple[int, int], dict[int, float]] = {}
     for batch in scorer.batch_rows(rows, lambda r: 0, lambda r: r[2]):
-        res = tree_forward(scorer.prm, [row for _, row, _ in batch], scorer.also)
+        res = tree_forward(scorer.prm, [row for _, row, _ in batch], scorer.also_head)
         scorer.count(res.real, res.computed)
         for b, (owned, row, _) in enumerate(batch):
             for k, (owner, seg) in enumerate(zip(owned, row)):   # the first row's, if repeated

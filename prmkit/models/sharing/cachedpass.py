@@ -1,9 +1,9 @@
 """One forward pass on top of key-value caches: the machinery search and prefix sharing share.
 
-:func:`cached_forward` runs new ids through an :class:`~prmkit.models.hf.HFPRM` after each
+:func:`cached_forward` runs new ids through an :class:`~prmkit.models.backends.hf.HFPRM` after each
 row's own cached tokens and reads the step scores at given columns of the new ids. Search
-(:mod:`prmkit.models.incremental`) feeds one new step per row on its prefix's cache; offline
-prefix sharing (:mod:`prmkit.models.shared`) feeds a node's or a solution's part after its
+(:mod:`prmkit.models.sharing.incremental`) feeds one new step per row on its prefix's cache; offline
+prefix sharing (:mod:`prmkit.models.sharing.prefix`) feeds a node's or a solution's part after its
 parent's. A hazard head (:meth:`prmkit.models.reading.Reader.survival`) sums over every token, so a row also
 carries the log S of its cached tokens and, for a surprisal head, the last one's final hidden
 state; the pass returns both at every new token, to be carried on.

@@ -6,12 +6,12 @@ problem and every earlier step at every iteration, so a path of depth D costs O(
 tokens. Here a partial solution is a :class:`Prefix`: its steps, its step scores, and, for a
 transformers PRM, the key-value cache of its tokens. Extending it by one step feeds only the
 new tokens, with the prefix's cache as ``past_key_values``, and reads the new step's score
-through the PRM's own :class:`prmkit.models.hf.Reader` (so every HF PRM, and the default PRM,
+through the PRM's own :class:`prmkit.models.backends.hf.Reader` (so every HF PRM, and the default PRM,
 works unchanged).
 
 Two scorers, one contract (:class:`PrefixScorer`):
 
-* :class:`IncrementalPRM` wraps an :class:`~prmkit.models.hf.HFPRM` and reuses caches.
+* :class:`IncrementalPRM` wraps an :class:`~prmkit.models.backends.hf.HFPRM` and reuses caches.
 * :class:`RescoringScorer` wraps any PRM (:class:`prmkit.models.base.PRM`: remote, vLLM, an
   oracle in tests) and re-scores every grown solution whole, one forward pass per solution.
   Over an HFPRM it is the *reference mode* of the incremental scorer: the tests show both give
@@ -63,7 +63,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.models.cachedpass import CachedPass, cached_forward
+from prmkit.models.architectures import local_span, model_type, tree_blocker
+from prmkit.models.sharing.cachedpass import CachedPass, cached_forward
 
 
 @dataclass(eq=False)
@@ -113,7 +114,7 @@ def prefix_scorer(prm: Any, kv_reuse: bool = True) -> PrefixScorer:
     the rescoring scorer. A scorer passed in is returned as it is."""
     if hasattr(prm, "extend") and hasattr(prm, "roots"):
         return prm
-    from prmkit.models.hf import HFPRM
+    from prmkit.models.backends.hf import HFPRM
 
     if kv_reuse and isinstance(prm, HFPRM) and reuse_blocker(prm, carries_hazard=True) is None:
         return IncrementalPRM(prm)
@@ -171,16 +172,23 @@ class RescoringScorer:
 
 
 def reuse_blocker(prm: Any, carries_hazard: bool = False) -> str | None:
-    """Why ``prm`` (an HFPRM) cannot reuse caches, or None when it can. A hazard head can
-    when the caller carries each prefix's log S (``carries_hazard``: prefix sharing and
+    """Why ``prm`` (an HFPRM) cannot reuse caches, or None when it can: an architecture off
+    :data:`prmkit.models.architectures.TREE_EXACT`, local attention (a search's lengths are not
+    known ahead), or a reading that is not one position per step. A hazard head can when the
+    caller carries each prefix's log S (``carries_hazard``: prefix sharing and
     :class:`IncrementalPRM` do)."""
-    from prmkit.models.reading import BIDIRECTIONAL
+    why = share_blocker(prm, carries_hazard)
+    if why is None and local_span(prm.model.config) is not None:
+        why = f"{model_type(prm.model)} attends over a window of {local_span(prm.model.config)} tokens"
+    return why
 
-    config = prm.model.config
-    if getattr(config, "model_type", "") in BIDIRECTIONAL or getattr(config, "is_encoder_decoder", False):
-        return "the model attends in both directions, so earlier tokens change with later ones"
-    if getattr(config, "sliding_window", None) or "sliding_attention" in (getattr(config, "layer_types", None) or ()):
-        return "the model has sliding-window attention layers"
+
+def share_blocker(prm: Any, carries_hazard: bool = False) -> str | None:
+    """:func:`reuse_blocker` but for local attention, which prefix sharing checks per group
+    against the lengths it reads (:mod:`prmkit.models.sharing.prefix`)."""
+    why = tree_blocker(prm.model)
+    if why is not None:
+        return why
     if prm.format.hazard and not carries_hazard:
         return "a hazard head sums over every token of the solution, not one position per step"
     if prm.format.reading not in ("label-tokens", "classes", "value"):
@@ -189,7 +197,7 @@ def reuse_blocker(prm: Any, carries_hazard: bool = False) -> str | None:
 
 
 class IncrementalPRM:
-    """An :class:`~prmkit.models.hf.HFPRM` that scores a grown solution's new step only, on top
+    """An :class:`~prmkit.models.backends.hf.HFPRM` that scores a grown solution's new step only, on top
     of its prefix's key-value cache (see the module docstring)."""
 
     def __init__(self, prm: Any):

@@ -1,77 +1,43 @@
-"""Prefix sharing: a group of candidates scored at the cost of one prompt.
+"""Prefix sharing: a group of candidates scored at the cost of its distinct tokens.
 
-Best-of-N, Monte Carlo labeling and RL score many solutions that begin with the same tokens:
-the N candidates of one problem share its prompt, and often their first steps. One-pass scoring
-(:meth:`prmkit.models.hf.HFPRM.score`) reads each candidate whole, so the shared text is read N
-times. Here the candidates of one group (records with the same ``group`` and problem; in the
-server, the solutions of one micro-batch with the same problem) are read as a tree of prefixes:
+Best-of-N, Monte Carlo labelling and RL score many solutions that begin alike: the N
+candidates of one problem share its prompt, and often their first steps. One-pass scoring
+(:class:`prmkit.models.backends.hf.HFPRM`) reads each candidate whole; here the candidates of
+one group (records with the same ``group`` and problem; in the server, the solutions of one
+micro-batch with the same problem) are read as a tree of their shared prefixes.
 
-1. **the group's prefix, once**: the step format's ids of the problem and of the steps that
-   every candidate of the group begins with (:func:`group_prefix`): ``encode(problem, common)``,
-   or, with no common step, the ids before the first step (:func:`prmkit.models.incremental.head_ids`,
-   which leaves out the head's last token under a whole-text format; a format that puts nothing
-   before the first step, RLHFlow's turns, takes the ids all the candidates begin with);
-2. **a node for every run of steps that some of them share**: below a prefix, the candidates
-   are split by their next step; two or more with the same next step get a child prefix,
-   ``encode(problem, run)`` for the longest run of steps they all begin with, read once after
-   its parent (lab candidates: right solutions are mostly word for word the same, so most
-   share long runs with some others, not with all);
-3. **each candidate's suffix**: its own ids after its deepest node, read after that node.
+* Where the model's attention takes a custom mask (``sdpa``, ``eager``), each group is the radix
+  tree of its candidates' own token ids, read in tree-attention passes (``tokentrees`` over
+  ``treepass``): every distinct prefix once, many groups a pass.
+* Otherwise the tree of shared *steps* (:func:`group_prefix`, :meth:`SharedPrefixScorer._grow`)
+  is read a depth at a time, each node on its parent's key-value cache (``cachedpass``).
 
-A node reads the scores of its own steps (the same for every candidate below it). **How the
-tree is read**: where the model's attention takes a custom mask (``sdpa``, ``eager``), the
-group is read as the finer tree of its token ids instead (:func:`prmkit.models.treepass.token_tree`:
-every distinct prefix of the candidates' own ids once, cut at the token where two part, so
-steps that differ only in a result's digits share their words), each tree a row of one pass
-under a tree-attention mask, many groups a pass (:mod:`prmkit.models.tokentrees` over
-:mod:`prmkit.models.treepass`; on a CPU every pass costs the reading of all the weights).
-Otherwise the tree of steps above is read a depth at a time, each node on its parent's
-key-value cache, then the suffixes on their nodes' caches
-(:func:`prmkit.models.cachedpass.cached_forward`, the machinery search uses).
+It is exact because every candidate is read on its own ids (``encode(problem, steps)``, as
+one-pass scoring reads it), each token attending to exactly the ids before it in its own
+solution. Under a whole-text tokenisation a candidate whose ids do not begin with its node's is
+a counted fallback (it reuses what both share, or is read whole). A hazard head carries log S
+along each path. Scores equal one-pass scoring to ~1e-6 in float32.
 
-Why it is exact. A causal model's output at a position depends only on the ids up to it, and
-every candidate is read on *its own* ids (``encode(problem, steps)``, as one-pass scoring
-reads it): the prefix's cache is used only for the leading ids the two share. Under the
-``pieces`` tokenisation the prefix's ids are a prefix of every candidate's by construction;
-under ``whole`` (Math-Shepherd, Qwen, RLHFlow: :mod:`prmkit.wholetext`) a tokenizer may merge
-across the boundary, so each candidate is checked. A candidate whose ids do not begin with the
-prefix's (or a node whose ids do not begin with its parent's) is a **fallback**, counted: it
-reuses the ids both share (``partial``) or, sharing none, is read whole. Reads inside the
-shared ids are taken from the prefix's part at the same positions. Scores equal one-pass
-scoring to ~1e-6 in float32 (the order of the sums in attention differs); in bfloat16 they
-move by the batch make-up, as one-pass scores do.
-
-A hazard head sums along each token's path: in one pass from the ancestor's log S at the cut
-(:func:`prmkit.models.treepass.tree_survival`); a depth at a time, a node keeps its log S (and
-final hidden states) at each position, and a row after ``past`` ids starts from ``past - 1``.
-
-What cannot share falls back to plain one-pass scoring: a PRM that is not an HF model or cannot
-reuse a cache (:func:`prmkit.models.incremental.reuse_blocker`: bidirectional models, sliding
-windows, the implicit PRM), records without a group, and groups of one.
-
-Accounting (:class:`ShareStats`): ``plain`` is what one-pass scoring feeds (every candidate's
-ids), ``computed`` what this feeds (each node or token-tree segment once, or once per tree row
-that needs it, each suffix, the candidates read whole); ``saved = plain - computed``. The token
-tree reads each candidate on its own ids, so it has no fallbacks. Both count real tokens,
-padding excluded; ``padded`` counts the padded size of every pass.
-
-Memory. Groups are taken a token budget of their prefixes at a time (:meth:`HFPRM.batches`)
-and read before the next groups. A pass holds rows x (cached + new) tokens within a quarter of
-the token budget (a row carries its own copy of its prefix's cache, as in search; a tree row
-its own mask, rows x width x width).
+When it applies: an architecture on :data:`prmkit.models.architectures.TREE_EXACT`; under local
+attention only the groups whose solutions all fit the span (:meth:`SharedPrefixScorer.within_span`).
+Everything else is read plain, and :attr:`ShareStats.off` says why. Accounting
+(:class:`ShareStats`): ``plain`` is what one-pass scoring feeds, ``computed`` what this feeds,
+both in real tokens. Memory: a pass holds rows x tokens within a quarter of the token budget.
+docs/scoring.md has the measurements.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.models.cachedpass import cached_forward
-from prmkit.models.incremental import common_prefix_length, head_ids, reuse_blocker
-from prmkit.models.sharestats import ShareStats
-from prmkit.models.tokentrees import groups_of, read_token_trees, token_rows
-from prmkit.models.treepass import ROW_TOKENS, pack_blocker
+from prmkit.models.sharing.cachedpass import cached_forward
+from prmkit.models.architectures import local_span, model_type
+from prmkit.models.sharing.incremental import common_prefix_length, head_ids, share_blocker
+from prmkit.models.sharing.stats import ShareStats
+from prmkit.models.sharing.tokentrees import groups_of, read_token_trees, token_rows
+from prmkit.models.sharing.treepass import ROW_TOKENS, pack_blocker
 from prmkit.stepformat import Encoded
 
 __all__ = ["SharedPrefixScorer", "ShareStats", "can_share", "group_prefix", "has_groups",
@@ -79,10 +45,18 @@ __all__ = ["SharedPrefixScorer", "ShareStats", "can_share", "group_prefix", "has
 
 
 def can_share(prm: Any) -> bool:
-    """True when ``prm`` is an HF PRM that can reuse a key-value cache."""
-    from prmkit.models.hf import HFPRM
+    """True when ``prm`` is an HF PRM whose architecture prefix sharing reads exactly."""
+    return sharing_blocker(prm) is None
 
-    return isinstance(prm, HFPRM) and reuse_blocker(prm, carries_hazard=True) is None
+
+def sharing_blocker(prm: Any) -> str | None:
+    """Why prefix sharing does not apply to ``prm``, or None (a model with local attention
+    shares the groups that fit its span: :meth:`SharedPrefixScorer.score`)."""
+    from prmkit.models.backends.hf import HFPRM
+
+    if not isinstance(prm, HFPRM):
+        return f"{type(prm).__name__} is not a transformers model read in this process"
+    return share_blocker(prm, carries_hazard=True)
 
 
 def has_groups(records: Sequence[Any]) -> bool:
@@ -102,7 +76,9 @@ def score_shared(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str
         raise PrmkitError(f"{len(problems)} problems, {len(steps)} step lists and "
                           f"{len(groups)} groups")
     stats = stats if stats is not None else ShareStats()
-    if not can_share(prm):
+    why = sharing_blocker(prm)
+    if why is not None:
+        stats.off = stats.off or why
         return _plain(prm, list(range(len(problems))), problems, steps, stats,
                       [None] * len(problems), count_plain=True)
     return SharedPrefixScorer(prm, stats).score(problems, steps, groups)
@@ -151,20 +127,24 @@ class _Tree:
 class SharedPrefixScorer:
     """Scores groups of solutions on their shared prefixes (see the module docstring)."""
 
-    def __init__(self, prm: Any, stats: ShareStats | None = None, also: Any = None):
-        why = reuse_blocker(prm, carries_hazard=True)
+    def __init__(self, prm: Any, stats: ShareStats | None = None, also: Any = None,
+                 also_head: Callable[[Any], list[float]] | None = None):
+        why = share_blocker(prm, carries_hazard=True)
         if why is not None:
-            raise PrmkitError(f"this PRM cannot share a prefix's key-value cache: {why}")
+            raise PrmkitError(f"prefix sharing does not apply to this PRM: {why}")
         self.hazard = bool(prm.format.hazard)
         self.prm = prm
         self.stats = stats if stats is not None else ShareStats()
         self.budget = max(1024, prm.config.token_budget // 4)
         self.packed = pack_blocker(prm) is None   # a tree in one pass, else a depth at a time
+        self.span = local_span(prm.model.config)  # a window or chunk a group must fit in
         self.row_tokens = ROW_TOKENS
-        # a companion read in the same passes (score_shared_pair checks it may be), its scores
-        self.also, self.also_scores = also, []
-        if also is not None and not self.packed:
-            raise PrmkitError("a companion head is read in tree passes only")
+        # a second PRM on the same body: its head (``also_head``) read on the same passes'
+        # hidden states, the PRM itself for the solutions read alone; the caller checks that
+        # this is exact (prmkit.lab.sharedpair)
+        self.also, self.also_head, self.also_scores = also, also_head, []
+        if (also is None) != (also_head is None) or (also is not None and not self.packed):
+            raise PrmkitError("a second head needs its PRM and its head, and tree passes")
 
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
               groups: Sequence[Hashable | None]) -> list[list[float | None]]:
@@ -173,7 +153,7 @@ class SharedPrefixScorer:
         stats.plain += sum(len(e.input_ids) for e in encs)
         out: list[list[float | None] | None] = [None] * len(problems)
         if self.packed:
-            members, alone = groups_of(problems, groups, encs)
+            members, alone = self.within_span(*groups_of(problems, groups, encs), encs)
             theirs: list[list[float | None] | None] = [None] * len(problems)
             if alone:
                 _plain(prm, alone, problems, steps, stats, out, count_plain=False)
@@ -183,6 +163,10 @@ class SharedPrefixScorer:
             read_token_trees(self, members, encs, out, theirs)
             self.also_scores = [row if row is not None else [] for row in theirs]
             return [row if row is not None else [] for row in out]
+        if self.span is not None:   # the depth-wise caches would drop the window: read plain
+            stats.off = stats.off or (f"{model_type(prm.model)} attends over a window and its "
+                                      f"attention takes no tree mask")
+            return _plain(prm, list(range(len(problems))), problems, steps, stats, out, False)
         trees, alone = self._trees(problems, steps, groups, encs)
         if alone:
             _plain(prm, alone, problems, steps, stats, out, count_plain=False)
@@ -198,13 +182,29 @@ class SharedPrefixScorer:
                 n.kv = n.log_s = n.hidden = None
         return [row if row is not None else [] for row in out]
 
+    def within_span(self, members: list[list[int]], alone: list[int], encs: Sequence[Encoded],
+                    ) -> tuple[list[list[int]], list[int]]:
+        """The groups a tree mask reads exactly: under local attention (a sliding window, a
+        chunk), those whose every solution fits the span, where the model's own mask would
+        hide nothing; the others join the solutions read plain, with the reason kept."""
+        if self.span is None:
+            return members, alone
+        fits = [g for g in members if max(len(encs[i].input_ids) for i in g) <= self.span]
+        if len(fits) < len(members):
+            longest = max(len(encs[i].input_ids) for g in members for i in g)
+            self.stats.off = self.stats.off or (
+                f"{model_type(self.prm.model)} attends over a window of {self.span} tokens and "
+                f"a solution has {longest}: groups longer than the window are read plain")
+        rest = [i for g in members if g not in fits for i in g]
+        return fits, sorted(alone + rest)
+
     def plan(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
              groups: Sequence[Hashable | None]) -> ShareStats:
         """What :meth:`score` would feed (``plain``, ``computed``, the groups, fallbacks), from
         the encodings alone: no forward pass (``padded`` and ``forwards`` stay 0)."""
         encs = [self.prm.encode(p, s) for p, s in zip(problems, steps)]
         if self.packed:
-            members, alone = groups_of(problems, groups, encs)
+            members, alone = self.within_span(*groups_of(problems, groups, encs), encs)
             plan = ShareStats(groups=len(members), candidates=sum(map(len, members)))
             plan.computed = sum(len(s.ids) for _, row, _ in
                                 token_rows(members, encs, self.row_tokens)[0] for s in row)

@@ -1,0 +1,55 @@
+"""The layer order of ARCHITECTURE.md, from a declared table: a module imports only modules of
+its own layer or of the layers below it (imports inside functions included)."""
+
+from test_import_graph import graph
+
+# (layer, module prefixes), bottom first; the first prefix that matches places a module
+LAYERS = [
+    ("foundation", ["prmkit.errors", "prmkit.tables", "prmkit.records", "prmkit.progress",
+                    "prmkit.steps", "prmkit.answers", "prmkit.aggregate", "prmkit.stepformat",
+                    "prmkit.wholetext", "prmkit.calculator", "prmkit.shareddata",
+                    "prmkit.formats"]),
+    ("models: what an architecture is, where models come from",
+     ["prmkit.models.base", "prmkit.models.architectures", "prmkit.models.body",
+      "prmkit.models.pypi", "prmkit.models.names"]),
+    ("models: reading", ["prmkit.models.reading", "prmkit.models.surprisal",
+                         "prmkit.models.folder"]),
+    ("models: backends", ["prmkit.models.backends"]),
+    ("models: sharing", ["prmkit.models.sharing"]),
+    ("models: opening and export", ["prmkit.models.load", "prmkit.models.export",
+                                    "prmkit.models"]),
+    ("jobs", ["prmkit.scoring", "prmkit.select", "prmkit.realdata", "prmkit.generate",
+              "prmkit.label", "prmkit.search", "prmkit.train", "prmkit.evaluate",
+              "prmkit.report", "prmkit.serve", "prmkit.rl", "prmkit.lab"]),
+    ("command line", ["prmkit.cliutil", "prmkit.cli", "prmkit"]),
+]
+
+
+def layer_of(module: str) -> int:
+    if module.endswith(".cli"):
+        return len(LAYERS) - 1
+    best = max(((len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes
+                if module == p or module.startswith(p + ".")), default=None)
+    assert best is not None, f"{module} is in no layer of the table"
+    return best[1]
+
+
+def test_every_module_has_a_layer():
+    edges, _ = graph()
+    for module in edges:
+        layer_of(module)
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    edges, _ = graph()
+    upward = sorted(f"{a} ({LAYERS[layer_of(a)][0]}) imports {b} ({LAYERS[layer_of(b)][0]})"
+                    for a, targets in edges.items() for b in targets
+                    if layer_of(b) > layer_of(a))
+    assert upward == []
+
+
+def test_models_never_import_jobs():
+    edges, _ = graph()
+    jobs = [i for i, (name, _) in enumerate(LAYERS) if name == "jobs"][0]
+    assert not [(a, b) for a, ts in edges.items() for b in ts
+                if a.startswith("prmkit.models") and layer_of(b) >= jobs]
