@@ -18,6 +18,9 @@ per token: the step scores are shaped (``--shaping`` raw, delta or min-form, see
 tokens, summed into returns-to-go (undiscounted, as PPO with gamma = lambda = 1 and no critic),
 and centred by the mean return of the completion's group (a GRPO baseline; tokens after the
 last step get 0). The advantage of token t is then ``A_outcome + prm_weight * (G_t - mean G_0)``.
+``--shaping process`` (DeepSeekMath's process supervision) and ``step-local`` (the change in the
+PRM score caused by each step) are group advantages instead (:mod:`prmkit.rl.advantage`),
+spread over every token of their step: ``A_outcome + prm_weight * X_t``.
 This overrides TRL's private ``_generate_and_score_completions`` and is tested against trl 1.13;
 ``pip install 'prmkit[rl]'`` pins that range. PRIME (Cui et al. 2025) and PURE (Cheng et al.
 2025) combine outcome and process advantages the same way.
@@ -72,7 +75,9 @@ class RLConfig:
     aggregate: str = field(default="min", metadata={
         "help": "prm / outcome+prm: how step scores become one reward (min, prod, mean, last)"})
     shaping: str = field(default="delta", metadata={
-        "help": "*-steps: raw, delta or min (prmkit.rl.shaping)"})
+        "help": "*-steps: raw, delta or min (returns-to-go, prmkit.rl.shaping), process "
+                "(DeepSeekMath's group-normalised step rewards summed to go) or step-local "
+                "(the change in the PRM score on each step; prmkit.rl.advantage)"})
     prm_weight: float = field(default=0.5, metadata={"help": "weight of the PRM term"})
     data: str | None = field(default=None, metadata={
         "help": "training problems (records with problem and reference); default: lab problems"})
@@ -102,6 +107,7 @@ class RLConfig:
                 "again)"})
 
     def __post_init__(self) -> None:
+        from prmkit.rl.advantage import GROUP_FORMS
         from prmkit.rl.shaping import SHAPINGS
         from prmkit.train.loop import TRAIN_MODES
 
@@ -109,8 +115,9 @@ class RLConfig:
             raise PrmkitError(f"--reward {self.reward!r} is not one of {', '.join(REWARDS)}")
         if "prm" in self.reward and not self.prm:
             raise PrmkitError(f"--reward {self.reward} needs --prm")
-        if self.shaping not in SHAPINGS:
-            raise PrmkitError(f"--shaping {self.shaping!r} is not one of {', '.join(SHAPINGS)}")
+        if self.shaping not in SHAPINGS + GROUP_FORMS:
+            raise PrmkitError(f"--shaping {self.shaping!r} is not one of "
+                              f"{', '.join(SHAPINGS + GROUP_FORMS)}")
         if self.train not in TRAIN_MODES:
             raise PrmkitError(f"--train {self.train!r} is not one of {', '.join(TRAIN_MODES)}")
         for name in ("max_steps", "num_generations", "prompts_per_step", "max_completion_length",
@@ -175,7 +182,9 @@ def process_trainer(base: Any) -> Any:
     step-end tokens (see the module docstring)."""
     import torch
 
-    from prmkit.rl.shaping import placed_rewards, returns
+    from prmkit.rl.advantage import GROUP_FORMS, local_deltas, normalised_returns, spread
+    from prmkit.rl.shaping import place, returns
+    from prmkit.rl.shaping import shape as shape_scores
 
     class ProcessGRPOTrainer(base):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, step_reward: Any, shaping: str, step_weight: float,
@@ -192,33 +201,84 @@ def process_trainer(base: Any) -> Any:
             scored = self.step_reward.last  # scored by the reward functions just now
             if [s.text for s in scored] != texts:
                 scored = self.step_reward.score([x["problem"] for x in inputs], texts)
-            process = torch.zeros(ids.shape, dtype=torch.float32)
-            covered = torch.zeros(ids.shape, dtype=torch.bool)  # up to the last step's end
-            for b, s in enumerate(scored):
-                n = int(mask[b].sum())
-                if not s.steps or n == 0:
-                    continue
-                per_token, ends = placed_rewards(tok, s.text, s.step_scores or [], self.shaping,
-                                                 self.step_rule, ids=ids[b, :n].tolist())
-                last = max((t for t in ends if t is not None), default=-1)
-                process[b, :n] = torch.tensor(returns(per_token))
-                covered[b, :last + 1] = True
-            start = torch.where(covered[:, 0], process[:, 0], torch.zeros(len(scored)))
-            acc = getattr(self, "accelerator", None)
-            if acc is not None and acc.num_processes > 1:  # a group may span processes
-                everyone = acc.gather(start.to(acc.device)).cpu()
-                mine = slice(acc.process_index * len(start), (acc.process_index + 1) * len(start))
+            ends = [_step_ends(tok, self.step_rule, s, ids[b, :int(mask[b].sum())].tolist())
+                    for b, s in enumerate(scored)]
+            if self.shaping in GROUP_FORMS:
+                process_adv = self._group_form(scored, ends, ids.shape)
             else:
-                everyone, mine = start, slice(None)
-            groups = everyone.view(-1, self.num_generations).mean(dim=1)
-            baseline = groups.repeat_interleave(self.num_generations)[mine][:, None]
-            process_adv = torch.where(covered, process - baseline, torch.zeros_like(process))
+                process_adv = self._returns_form(scored, ends, ids.shape)
             adv = out["advantages"]
             adv = adv[:, None] if adv.dim() == 1 else adv
             out["advantages"] = adv + self.step_weight * process_adv.to(adv.device) * mask
             return out
 
+        def _gather(self, x: Any) -> tuple[Any, Any]:
+            """Every process's rows of ``x`` (a group may span processes) and this one's."""
+            acc = getattr(self, "accelerator", None)
+            if acc is not None and acc.num_processes > 1:
+                n = len(x)
+                return (acc.gather(x.to(acc.device)).cpu(),
+                        slice(acc.process_index * n, (acc.process_index + 1) * n))
+            return x, slice(None)
+
+        def _returns_form(self, scored: Any, ends: Any, shape: Any) -> Any:
+            """raw/delta/min: returns-to-go minus the group's mean return at the start."""
+            process = torch.zeros(shape, dtype=torch.float32)
+            covered = torch.zeros(shape, dtype=torch.bool)  # up to the last step's end
+            for b, (s, (per_token, end)) in enumerate(zip(scored, ends)):
+                if not per_token:
+                    continue
+                rewards = place(shape_scores(_scores(s), self.shaping), end, len(per_token))
+                last = max((t for t in end if t is not None), default=-1)
+                process[b, :len(per_token)] = torch.tensor(returns(rewards))
+                covered[b, :last + 1] = True
+            start = torch.where(covered[:, 0], process[:, 0], torch.zeros(len(scored)))
+            everyone, mine = self._gather(start)
+            groups = everyone.view(-1, self.num_generations).mean(dim=1)
+            baseline = groups.repeat_interleave(self.num_generations)[mine][:, None]
+            return torch.where(covered, process - baseline, torch.zeros_like(process))
+
+        def _group_form(self, scored: Any, ends: Any, shape: Any) -> Any:
+            """process / step-local (:mod:`prmkit.rl.advantage`), spread over each step's
+            tokens; TRL's outcome advantage is already in ``advantages``."""
+            sums = torch.tensor([[sum(_scores(s)), sum(x * x for x in _scores(s)),
+                                  float(len(_scores(s)))] for s in scored], dtype=torch.float64)
+            everyone, mine = self._gather(sums)
+            g = everyone.view(-1, self.num_generations, 3).sum(dim=1)
+            g = g.repeat_interleave(self.num_generations, dim=0)[mine]
+            process = torch.zeros(shape, dtype=torch.float32)
+            for b, (s, (per_token, end)) in enumerate(zip(scored, ends)):
+                if not per_token:
+                    continue
+                if self.shaping == "process":
+                    n = max(1.0, float(g[b, 2]))
+                    mean = float(g[b, 0]) / n
+                    std = max(0.0, float(g[b, 1]) / n - mean * mean) ** 0.5
+                    values = normalised_returns(_scores(s), mean, std)
+                else:
+                    values = local_deltas(_scores(s))
+                process[b, :len(per_token)] = torch.tensor(spread(values, end, len(per_token)))
+            return process
+
     return ProcessGRPOTrainer
+
+
+def _scores(scored: Any) -> list[float]:
+    """A completion's step scores, a step the PRM could not read counted as 0."""
+    return [0.0 if x is None else float(x) for x in scored.step_scores or []]
+
+
+def _step_ends(tokenizer: Any, rule: str, scored: Any, ids: list[int]) -> tuple[list[float], list[int | None]]:
+    """(a zero per token, the step-end token of each step) of one completion; no tokens for a
+    completion with no steps or no tokens."""
+    from prmkit.rl.shaping import step_end_tokens, step_spans, token_char_ends
+
+    if not scored.steps or not ids:
+        return [], []
+    spans = step_spans(scored.text, rule)
+    if len(spans) != len(_scores(scored)):
+        raise PrmkitError(f"{len(_scores(scored))} step scores for a completion of {len(spans)} steps")
+    return [0.0] * len(ids), step_end_tokens(spans, token_char_ends(tokenizer, ids=ids))
 
 
 # ---------------------------------------------------------------------------------------------
