@@ -12,8 +12,9 @@ each, and push up the completions that beat their group's mean. Rewards (``--rew
 Per-step rewards and TRL. TRL's ``GRPOTrainer`` takes one scalar reward per completion; its
 reward functions cannot return token-level rewards. Its loss does accept token-level
 *advantages* (shape batch x tokens, kept for subclasses), so the ``*-steps`` modes use a thin
-subclass (:func:`process_trainer`) that, after TRL has scored a batch, adds a process advantage
-per token: the step scores are shaped (``--shaping`` raw, delta or min-form, see
+subclass (:func:`prmkit.rl.steptrainer.process_trainer`) that, after TRL has scored a batch,
+adds a process advantage per token: the step scores are shaped (``--shaping`` raw, delta or
+min-form, see
 :mod:`prmkit.rl.shaping`), placed on the last token of each step in the policy's own sampled
 tokens, summed into returns-to-go (undiscounted, as PPO with gamma = lambda = 1 and no critic),
 and centred by the mean return of the completion's group (a GRPO baseline; tokens after the
@@ -55,6 +56,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.rl.steptrainer import process_trainer
+
+__all__ = ["REWARDS", "RLConfig", "process_trainer", "run_rl", "save_policy"]
 
 REWARDS = ("outcome", "prm", "outcome+prm", "prm-steps", "outcome+prm-steps")
 
@@ -171,114 +175,6 @@ def evaluate_policy(model: Any, tokenizer: Any, prompter: Any, problems: Sequenc
     out["length_tokens"] = sum(row[0].completion.n_tokens for row in sols) / len(sols)
     out.pop("reward", None)
     return {k: round(v, 4) for k, v in out.items()}
-
-
-# ---------------------------------------------------------------------------------------------
-# per-step rewards in GRPO
-
-
-def process_trainer(base: Any) -> Any:
-    """A subclass of TRL's ``GRPOTrainer`` (``base``) that adds per-step PRM advantages on
-    step-end tokens (see the module docstring)."""
-    import torch
-
-    from prmkit.rl.advantage import GROUP_FORMS, local_deltas, normalised_returns, spread
-    from prmkit.rl.shaping import place, returns
-    from prmkit.rl.shaping import shape as shape_scores
-
-    class ProcessGRPOTrainer(base):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, step_reward: Any, shaping: str, step_weight: float,
-                     step_rule: str, **kwargs: Any):
-            super().__init__(*args, **kwargs)
-            self.step_reward, self.shaping = step_reward, shaping
-            self.step_weight, self.step_rule = step_weight, step_rule
-
-        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-            out = super()._generate_and_score_completions(inputs)
-            ids, mask = out["completion_ids"], out["completion_mask"]
-            tok = self.processing_class
-            texts = tok.batch_decode(ids, skip_special_tokens=True)
-            scored = self.step_reward.last  # scored by the reward functions just now
-            if [s.text for s in scored] != texts:
-                scored = self.step_reward.score([x["problem"] for x in inputs], texts)
-            ends = [_step_ends(tok, self.step_rule, s, ids[b, :int(mask[b].sum())].tolist())
-                    for b, s in enumerate(scored)]
-            if self.shaping in GROUP_FORMS:
-                process_adv = self._group_form(scored, ends, ids.shape)
-            else:
-                process_adv = self._returns_form(scored, ends, ids.shape)
-            adv = out["advantages"]
-            adv = adv[:, None] if adv.dim() == 1 else adv
-            out["advantages"] = adv + self.step_weight * process_adv.to(adv.device) * mask
-            return out
-
-        def _gather(self, x: Any) -> tuple[Any, Any]:
-            """Every process's rows of ``x`` (a group may span processes) and this one's."""
-            acc = getattr(self, "accelerator", None)
-            if acc is not None and acc.num_processes > 1:
-                n = len(x)
-                return (acc.gather(x.to(acc.device)).cpu(),
-                        slice(acc.process_index * n, (acc.process_index + 1) * n))
-            return x, slice(None)
-
-        def _returns_form(self, scored: Any, ends: Any, shape: Any) -> Any:
-            """raw/delta/min: returns-to-go minus the group's mean return at the start."""
-            process = torch.zeros(shape, dtype=torch.float32)
-            covered = torch.zeros(shape, dtype=torch.bool)  # up to the last step's end
-            for b, (s, (per_token, end)) in enumerate(zip(scored, ends)):
-                if not per_token:
-                    continue
-                rewards = place(shape_scores(_scores(s), self.shaping), end, len(per_token))
-                last = max((t for t in end if t is not None), default=-1)
-                process[b, :len(per_token)] = torch.tensor(returns(rewards))
-                covered[b, :last + 1] = True
-            start = torch.where(covered[:, 0], process[:, 0], torch.zeros(len(scored)))
-            everyone, mine = self._gather(start)
-            groups = everyone.view(-1, self.num_generations).mean(dim=1)
-            baseline = groups.repeat_interleave(self.num_generations)[mine][:, None]
-            return torch.where(covered, process - baseline, torch.zeros_like(process))
-
-        def _group_form(self, scored: Any, ends: Any, shape: Any) -> Any:
-            """process / step-local (:mod:`prmkit.rl.advantage`), spread over each step's
-            tokens; TRL's outcome advantage is already in ``advantages``."""
-            sums = torch.tensor([[sum(_scores(s)), sum(x * x for x in _scores(s)),
-                                  float(len(_scores(s)))] for s in scored], dtype=torch.float64)
-            everyone, mine = self._gather(sums)
-            g = everyone.view(-1, self.num_generations, 3).sum(dim=1)
-            g = g.repeat_interleave(self.num_generations, dim=0)[mine]
-            process = torch.zeros(shape, dtype=torch.float32)
-            for b, (s, (per_token, end)) in enumerate(zip(scored, ends)):
-                if not per_token:
-                    continue
-                if self.shaping == "process":
-                    n = max(1.0, float(g[b, 2]))
-                    mean = float(g[b, 0]) / n
-                    std = max(0.0, float(g[b, 1]) / n - mean * mean) ** 0.5
-                    values = normalised_returns(_scores(s), mean, std)
-                else:
-                    values = local_deltas(_scores(s))
-                process[b, :len(per_token)] = torch.tensor(spread(values, end, len(per_token)))
-            return process
-
-    return ProcessGRPOTrainer
-
-
-def _scores(scored: Any) -> list[float]:
-    """A completion's step scores, a step the PRM could not read counted as 0."""
-    return [0.0 if x is None else float(x) for x in scored.step_scores or []]
-
-
-def _step_ends(tokenizer: Any, rule: str, scored: Any, ids: list[int]) -> tuple[list[float], list[int | None]]:
-    """(a zero per token, the step-end token of each step) of one completion; no tokens for a
-    completion with no steps or no tokens."""
-    from prmkit.rl.shaping import step_end_tokens, step_spans, token_char_ends
-
-    if not scored.steps or not ids:
-        return [], []
-    spans = step_spans(scored.text, rule)
-    if len(spans) != len(_scores(scored)):
-        raise PrmkitError(f"{len(_scores(scored))} step scores for a completion of {len(spans)} steps")
-    return [0.0] * len(ids), step_end_tokens(spans, token_char_ends(tokenizer, ids=ids))
 
 
 # ---------------------------------------------------------------------------------------------
