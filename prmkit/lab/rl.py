@@ -57,11 +57,11 @@ class LabRLConfig:
     output: str = field(default="lab_rl_out", metadata={"help": "folder for every file it writes"})
     seed: int = field(default=0, metadata={"help": "seed of the problems and of every run's seeds"})
     seeds: int = field(default=30, metadata={"help": "paired evaluation seeds per arm"})
-    tune_seeds: int = field(default=3, metadata={"help": "seeds per learning rate for tuning (not reused)"})
-    lrs: str = field(default="1,3,10,30", metadata={
+    tune_seeds: int = field(default=5, metadata={"help": "seeds per learning rate for tuning (not reused)"})
+    lrs: str = field(default="1,3,10,30,100", metadata={
         "help": "learning rates tried per arm, comma-separated"})
-    updates: int = field(default=24, metadata={"help": "policy-gradient updates per run"})
-    problems_per_update: int = field(default=8, metadata={"help": "problems per update"})
+    updates: int = field(default=40, metadata={"help": "policy-gradient updates per run"})
+    problems_per_update: int = field(default=2, metadata={"help": "problems per update"})
     group: int = field(default=8, metadata={"help": "samples per problem (a GRPO group)"})
     step_weight: float = field(default=1.0, metadata={
         "help": "weight w of the step-local term of the gold and trained arms"})
