@@ -77,7 +77,7 @@ def _add_rl(lab: Any) -> None:
     from prmkit.lab import rl
 
     p = lab.add_parser("rl", help="RL with outcome, step and PRM-only rewards on a learnable "
-                       "lab policy: samples to a target, reward hacking", description=rl.__doc__,
+                       "lab policy: samples to a target, reward hacking", description=rl.DESCRIPTION,
                        formatter_class=Formatter)
     add_config_options(p, rl.LabRLConfig)
     p.set_defaults(run=lambda args: rl.run(config_from_args(rl.LabRLConfig, args)))

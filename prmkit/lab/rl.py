@@ -47,6 +47,25 @@ import numpy as np
 from prmkit.errors import PrmkitError
 
 ARMS = ("outcome", "gold", "trained", "prm-only")
+DESCRIPTION = """\
+Do step rewards make RL learn from fewer samples, and does a PRM alone get hacked? A policy
+that can learn (a softmax over the lab world's sentence kinds and operators, and whether to
+show each calculation) is trained by GRPO-style policy gradient on lab problems of 4 to 8
+operations, through prmkit's own reward, advantage and diagnostic code, in four arms:
+
+  outcome   GRPO's outcome advantage on every step
+  gold      outcome plus step-local step rewards from the gold PRM
+  trained   the same with a PRM trained on exact labels (it cannot see hidden calculations)
+  prm-only  DeepSeekMath's process advantage from that trained PRM alone (no answers)
+
+Each arm's learning rate is tuned on seeds of its own, then every arm runs on the same fresh
+seeds. The held-out accuracy after each update is exact, not sampled. Claims, with bootstrap
+95% intervals over seeds: step_rewards_fewer_samples (the gold arm reaches outcome-only's
+final accuracy with fewer samples) and prm_only_reward_hacking (the PRM-only arm's PRM score
+rises while its accuracy falls, and the reward-hacking diagnostic flags it). Writes
+OUTPUT/summary.json and OUTPUT/report.html; a rerun with the same settings reuses every
+finished run.
+"""
 STAGES_VERSION = 1
 
 
