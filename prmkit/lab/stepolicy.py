@@ -22,12 +22,15 @@ first error: it claims nothing checkable, so the next checkable line is (the gol
 spot). :func:`success_probability` is the exact chance that the policy writes a solution with
 every step right (the right operator and no slip at every line): the held-out accuracy as an
 expectation over the policy, not a sample (a wrong path that reaches the right answer by
-chance does not count).
+chance does not count). :meth:`StepPolicy.grad_log_prob` is the score function of REINFORCE
+(Williams 1992, "Simple statistical gradient-following algorithms for connectionist
+reinforcement learning"), weighted per step by the advantages a trainer gives.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
@@ -171,8 +174,6 @@ def fast_labels(problem: Problem, steps: Sequence[str], shown: Sequence[bool],
 
 def _stated(step: str) -> Fraction:
     """The last number a step states (its result)."""
-    import re
-
     return Fraction(re.findall(r"-?\d+(?:\.\d+)?", step)[-1])
 
 
