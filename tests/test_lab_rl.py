@@ -141,6 +141,19 @@ def test_advantages_of_each_arm_by_hand():
                                                   pytest.approx([h - 2 * 2 * h, -4 * h, -2 * h])]
 
 
+def test_advantages_of_the_extra_gold_arms_by_hand():
+    group = [S(True, [1.0, 1.0]), S(False, [1.0, 0.0])]
+    a = 0.5 / math.sqrt(0.5)
+    # min-form returns [1, 1] and [0, 0], baseline 0.5; weight 2
+    assert advantages("gold-min", group, 2.0) == [pytest.approx([a + 1, a + 1]),
+                                                  pytest.approx([-a - 1, -a - 1])]
+    # process: mean 0.75, population std sqrt(3)/4; 1 -> +1/sqrt(3), 0 -> -sqrt(3)
+    r = 1 / math.sqrt(3)
+    assert advantages("gold-process", group, 1.0) == [pytest.approx([a + 2 * r, a + r]),
+                                                      pytest.approx([-a + r - 3 * r, -a - 3 * r])]
+    assert LabRLConfig(arms="outcome,gold-delta").arm_list == ["outcome", "gold-delta"]
+
+
 def test_samples_to_reach_and_ratio_by_hand():
     assert rlstats.samples_to_reach([0.2, 0.4, 0.6], 10, 0.5) == pytest.approx(15.0)
     assert rlstats.samples_to_reach([0.2, 0.4], 10, 0.5) == math.inf

@@ -134,3 +134,17 @@ def test_grpo_runs_on_a_tiny_model_with_group_advantages(tmp_path, tiny_base, sh
     result = run_rl(cfg)
     assert [row["step"] for row in result["log"]] == [0, 1]
     assert result["config"]["shaping"] == shaping
+
+
+def test_returns_advantages_are_todays_shapings_on_a_group():
+    # the docs' example: one solution wrong from step 2 on, one right throughout
+    g = [[1, 1, 0, 0, 0], [1, 1, 1, 1, 1]]
+    # raw returns [2, 1, 0, 0, 0] and [5, 4, 3, 2, 1]; baseline mean(2, 5) = 3.5
+    assert advantage.returns_advantages(g, "raw") == [[-1.5, -2.5, -3.5, -3.5, -3.5],
+                                                      [1.5, 0.5, -0.5, -1.5, -2.5]]
+    # delta returns s_last - s_(k-1): [0, -1, -1, 0, 0] and [1, 0, 0, 0, 0]; baseline 0.5
+    assert advantage.returns_advantages(g, "delta") == [[-0.5, -1.5, -1.5, -0.5, -0.5],
+                                                        [0.5, -0.5, -0.5, -0.5, -0.5]]
+    # min-form: the outcome at every step, centred
+    assert advantage.returns_advantages(g, "min") == [[-0.5] * 5, [0.5] * 5]
+    assert advantage.returns_advantages([[], [1.0]], "raw") == [[], [0.0]]

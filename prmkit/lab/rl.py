@@ -47,6 +47,9 @@ import numpy as np
 from prmkit.errors import PrmkitError
 
 ARMS = ("outcome", "gold", "trained", "prm-only")
+# Not run by default: outcome plus the gold PRM's step rewards in the other forms of prmkit.rl,
+# to compare what each does to credit (docs/lab-rl.md).
+EXTRA_ARMS = ("gold-raw", "gold-delta", "gold-min", "gold-process")
 DESCRIPTION = """\
 Do step rewards make RL learn from fewer samples, and does a PRM alone get hacked? A policy
 that can learn (a softmax over the lab world's sentence kinds and operators, and whether to
@@ -93,7 +96,9 @@ class LabRLConfig:
     prm_samples: int = field(default=4, metadata={"help": "samples per PRM training problem"})
     bootstrap: int = field(default=2000, metadata={"help": "bootstrap resamples of the seeds"})
     arms: str = field(default=",".join(ARMS), metadata={
-        "help": "arms to run, comma-separated (outcome must be one: the others compare to it)"})
+        "help": "arms to run, comma-separated (outcome must be one: the others compare to "
+                "it); besides the default ones: gold-raw, gold-delta, gold-min, gold-process "
+                "(outcome plus the gold PRM's step rewards in those forms)"})
 
     def __post_init__(self) -> None:
         for name in ("seeds", "tune_seeds", "updates", "problems_per_update", "train_problems",
@@ -110,9 +115,10 @@ class LabRLConfig:
             raise PrmkitError(f"--lrs {self.lrs!r}: write numbers separated by commas") from None
         if not lrs or min(lrs) <= 0:
             raise PrmkitError("--lrs: give one or more positive learning rates")
-        unknown = [a for a in self.arm_list if a not in ARMS]
+        unknown = [a for a in self.arm_list if a not in ARMS + EXTRA_ARMS]
         if unknown or "outcome" not in self.arm_list:
-            raise PrmkitError(f"--arms: choose from {', '.join(ARMS)}, outcome among them")
+            raise PrmkitError(f"--arms: choose from {', '.join(ARMS + EXTRA_ARMS)}, outcome "
+                              f"among them")
 
     @property
     def lr_list(self) -> list[float]:
@@ -190,21 +196,27 @@ def make_reward(arm: str, trained: Any) -> Any:
     from prmkit.lab.oracle import GoldPRM
     from prmkit.rl.rewards import ProcessReward, RewardConfig
 
-    prm = GoldPRM() if arm == "gold" else trained
+    prm = GoldPRM() if arm.startswith("gold") else trained
     return ProcessReward(prm, RewardConfig(mode="outcome+prm", aggregate="last"))
 
 
 def advantages(arm: str, scored: Sequence[Any], step_weight: float) -> list[list[float]]:
     """Per-step advantages of one group of scored solutions, by the arm's rule."""
-    from prmkit.rl.advantage import group_advantages, outcome_advantages
+    from prmkit.rl.advantage import (group_advantages, outcome_advantages, process_supervision,
+                                     returns_advantages)
 
     outcomes = [float(bool(s.correct)) for s in scored]
     scores = [[0.0 if x is None else float(x) for x in s.step_scores or []] for s in scored]
+    base = outcome_advantages(outcomes)
     if arm == "outcome":
-        return [[a] * len(row) for a, row in zip(outcome_advantages(outcomes), scores)]
+        return [[a] * len(row) for a, row in zip(base, scores)]
     if arm == "prm-only":
         return group_advantages("process", outcomes, scores)
-    return group_advantages("step-local", outcomes, scores, step_weight)
+    if arm in ("gold", "trained"):
+        return group_advantages("step-local", outcomes, scores, step_weight)
+    form = arm.split("-", 1)[1]
+    extra = process_supervision(scores) if form == "process" else returns_advantages(scores, form)
+    return [[a + step_weight * x for x in row] for a, row in zip(base, extra)]
 
 
 def score_group(reward: Any, cache: dict[Any, Any], problem: str, answer: str,
@@ -283,14 +295,14 @@ def run(cfg: LabRLConfig) -> int:
     weights = ", ".join(f"{k} {v:+.2f}" for k, v in zip(info["features"], info["weights"]))
     say.stage(1, f"trained PRM on {info['rows']} steps of base-policy samples: {weights}")
     caches: dict[bool, dict[Any, Any]] = {True: {}, False: {}}   # gold PRM or not
-    tuned = {arm: tune(cfg, world, arm, trained, caches[arm == "gold"], out)
+    tuned = {arm: tune(cfg, world, arm, trained, caches[arm.startswith("gold")], out)
              for arm in cfg.arm_list}
     say.stage(2, "learning rates on " + f"{cfg.tune_seeds} tuning seeds: " + "; ".join(
         f"{a} {t['lr']:g}" for a, t in tuned.items()))
     runs = {arm: [stage_json(out, os.path.join("runs", f"{arm}_{j}.json"),
                              lambda: run_seed(cfg, world, arm, tuned[arm]["lr"],
                                               f"{cfg.seed}-eval-{j}", trained,
-                                              caches[arm == "gold"]))
+                                              caches[arm.startswith("gold")]))
                   for j in range(cfg.seeds)] for arm in cfg.arm_list}
     say.stage(3, f"{cfg.seeds} paired seeds per arm, {cfg.updates} updates of "
                  f"{cfg.problems_per_update * cfg.group} samples")

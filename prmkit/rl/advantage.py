@@ -103,6 +103,18 @@ def group_advantages(form: str, outcomes: Sequence[float], group: Sequence[Seque
     raise PrmkitError(f"unknown group advantage {form!r} (known: {', '.join(GROUP_FORMS)})")
 
 
+def returns_advantages(group: Sequence[Sequence[float]], how: str) -> list[list[float]]:
+    """Today's shapings as group advantages: the returns-to-go of ``shape(s, how)`` (raw,
+    delta, min; :mod:`prmkit.rl.shaping`) minus the group's mean return at step 0, per step
+    (what the GRPO trainer puts on each step's tokens)."""
+    from prmkit.rl.shaping import returns, shape
+
+    rets = [returns(shape(row, how)) for row in group]
+    starts = [r[0] for r in rets if r]
+    base = math.fsum(starts) / len(starts) if starts else 0.0
+    return [[g - base for g in r] for r in rets]
+
+
 def spread(step_values: Sequence[float], end_tokens: Sequence[int | None], n_tokens: int,
            after: float = 0.0) -> list[float]:
     """Per-token values: token t takes the value of the first step whose end token is at or
