@@ -21,7 +21,8 @@ step k's end) takes the value of step k (:func:`spread` places them on a policy'
                 Tokens after the last step keep A_i.
 
 :func:`outcome_advantages` is GRPO's outcome advantage, (o_i - mean(o)) / std(o) over the
-group (sample std, as TRL; all equal: 0).
+group (sample std, as TRL; all equal: 0). :func:`returns_advantages` gives today's shapings
+(raw, delta, min) as the same per-step group advantages, to set beside these two.
 """
 
 from __future__ import annotations
