@@ -45,7 +45,7 @@ def main() -> int:
     ap.add_argument("--out", default="runs/bench_rl", help="output folder")
     ap.add_argument("--policy", default="smollm2-135m", help="the policy")
     ap.add_argument("--prm", default="lab-gold", help="PRM for step rewards and diagnostics")
-    ap.add_argument("--shaping", default="min", help="raw, delta or min")
+    ap.add_argument("--shaping", default="min", help="raw, delta, min, process or step-local")
     ap.add_argument("--prm-weight", type=float, default=0.5, help="weight of step rewards")
     ap.add_argument("--steps", type=int, default=12, help="GRPO steps per run")
     ap.add_argument("--lab-problems", type=int, default=64, help="training problems")

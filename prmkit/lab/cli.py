@@ -38,6 +38,7 @@ def add_lab(sub: Any) -> None:
     gold.add_argument("--input", required=True, help="records whose problems are lab problems")
     gold.add_argument("--output", required=True, help="the records with gold labels and first_error")
     gold.set_defaults(run=_run_gold)
+    _add_rl(lab)
     p.set_defaults(run=lambda args: (p.print_help(), 2)[1])
 
 
@@ -69,3 +70,14 @@ def _run_gold(args: argparse.Namespace) -> int:
     print(f"labelled {len(out)} records ({wrong} with a wrong step) -> {args.output}",
           file=sys.stderr)
     return 0
+
+
+def _add_rl(lab: Any) -> None:
+    from prmkit.cliutil import Formatter, add_config_options, config_from_args
+    from prmkit.lab import rl
+
+    p = lab.add_parser("rl", help="RL with outcome, step and PRM-only rewards on a learnable "
+                       "lab policy: samples to a target, reward hacking", description=rl.DESCRIPTION,
+                       formatter_class=Formatter)
+    add_config_options(p, rl.LabRLConfig)
+    p.set_defaults(run=lambda args: rl.run(config_from_args(rl.LabRLConfig, args)))

@@ -12,12 +12,16 @@ each, and push up the completions that beat their group's mean. Rewards (``--rew
 Per-step rewards and TRL. TRL's ``GRPOTrainer`` takes one scalar reward per completion; its
 reward functions cannot return token-level rewards. Its loss does accept token-level
 *advantages* (shape batch x tokens, kept for subclasses), so the ``*-steps`` modes use a thin
-subclass (:func:`process_trainer`) that, after TRL has scored a batch, adds a process advantage
-per token: the step scores are shaped (``--shaping`` raw, delta or min-form, see
+subclass (:func:`prmkit.rl.steptrainer.process_trainer`) that, after TRL has scored a batch,
+adds a process advantage per token: the step scores are shaped (``--shaping`` raw, delta or
+min-form, see
 :mod:`prmkit.rl.shaping`), placed on the last token of each step in the policy's own sampled
 tokens, summed into returns-to-go (undiscounted, as PPO with gamma = lambda = 1 and no critic),
 and centred by the mean return of the completion's group (a GRPO baseline; tokens after the
 last step get 0). The advantage of token t is then ``A_outcome + prm_weight * (G_t - mean G_0)``.
+``--shaping process`` (DeepSeekMath's process supervision) and ``step-local`` (the change in the
+PRM score caused by each step) are group advantages instead (:mod:`prmkit.rl.advantage`),
+spread over every token of their step: ``A_outcome + prm_weight * X_t``.
 This overrides TRL's private ``_generate_and_score_completions`` and is tested against trl 1.13;
 ``pip install 'prmkit[rl]'`` pins that range. PRIME (Cui et al. 2025) and PURE (Cheng et al.
 2025) combine outcome and process advantages the same way.
@@ -52,6 +56,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.rl.steptrainer import process_trainer
+
+__all__ = ["REWARDS", "RLConfig", "process_trainer", "run_rl", "save_policy"]
 
 REWARDS = ("outcome", "prm", "outcome+prm", "prm-steps", "outcome+prm-steps")
 
@@ -72,7 +79,9 @@ class RLConfig:
     aggregate: str = field(default="min", metadata={
         "help": "prm / outcome+prm: how step scores become one reward (min, prod, mean, last)"})
     shaping: str = field(default="delta", metadata={
-        "help": "*-steps: raw, delta or min (prmkit.rl.shaping)"})
+        "help": "*-steps: raw, delta or min (returns-to-go, prmkit.rl.shaping), process "
+                "(DeepSeekMath's group-normalised step rewards summed to go) or step-local "
+                "(the change in the PRM score on each step; prmkit.rl.advantage)"})
     prm_weight: float = field(default=0.5, metadata={"help": "weight of the PRM term"})
     data: str | None = field(default=None, metadata={
         "help": "training problems (records with problem and reference); default: lab problems"})
@@ -102,6 +111,7 @@ class RLConfig:
                 "again)"})
 
     def __post_init__(self) -> None:
+        from prmkit.rl.advantage import GROUP_FORMS
         from prmkit.rl.shaping import SHAPINGS
         from prmkit.train.loop import TRAIN_MODES
 
@@ -109,8 +119,9 @@ class RLConfig:
             raise PrmkitError(f"--reward {self.reward!r} is not one of {', '.join(REWARDS)}")
         if "prm" in self.reward and not self.prm:
             raise PrmkitError(f"--reward {self.reward} needs --prm")
-        if self.shaping not in SHAPINGS:
-            raise PrmkitError(f"--shaping {self.shaping!r} is not one of {', '.join(SHAPINGS)}")
+        if self.shaping not in SHAPINGS + GROUP_FORMS:
+            raise PrmkitError(f"--shaping {self.shaping!r} is not one of "
+                              f"{', '.join(SHAPINGS + GROUP_FORMS)}")
         if self.train not in TRAIN_MODES:
             raise PrmkitError(f"--train {self.train!r} is not one of {', '.join(TRAIN_MODES)}")
         for name in ("max_steps", "num_generations", "prompts_per_step", "max_completion_length",
@@ -164,61 +175,6 @@ def evaluate_policy(model: Any, tokenizer: Any, prompter: Any, problems: Sequenc
     out["length_tokens"] = sum(row[0].completion.n_tokens for row in sols) / len(sols)
     out.pop("reward", None)
     return {k: round(v, 4) for k, v in out.items()}
-
-
-# ---------------------------------------------------------------------------------------------
-# per-step rewards in GRPO
-
-
-def process_trainer(base: Any) -> Any:
-    """A subclass of TRL's ``GRPOTrainer`` (``base``) that adds per-step PRM advantages on
-    step-end tokens (see the module docstring)."""
-    import torch
-
-    from prmkit.rl.shaping import placed_rewards, returns
-
-    class ProcessGRPOTrainer(base):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, step_reward: Any, shaping: str, step_weight: float,
-                     step_rule: str, **kwargs: Any):
-            super().__init__(*args, **kwargs)
-            self.step_reward, self.shaping = step_reward, shaping
-            self.step_weight, self.step_rule = step_weight, step_rule
-
-        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-            out = super()._generate_and_score_completions(inputs)
-            ids, mask = out["completion_ids"], out["completion_mask"]
-            tok = self.processing_class
-            texts = tok.batch_decode(ids, skip_special_tokens=True)
-            scored = self.step_reward.last  # scored by the reward functions just now
-            if [s.text for s in scored] != texts:
-                scored = self.step_reward.score([x["problem"] for x in inputs], texts)
-            process = torch.zeros(ids.shape, dtype=torch.float32)
-            covered = torch.zeros(ids.shape, dtype=torch.bool)  # up to the last step's end
-            for b, s in enumerate(scored):
-                n = int(mask[b].sum())
-                if not s.steps or n == 0:
-                    continue
-                per_token, ends = placed_rewards(tok, s.text, s.step_scores or [], self.shaping,
-                                                 self.step_rule, ids=ids[b, :n].tolist())
-                last = max((t for t in ends if t is not None), default=-1)
-                process[b, :n] = torch.tensor(returns(per_token))
-                covered[b, :last + 1] = True
-            start = torch.where(covered[:, 0], process[:, 0], torch.zeros(len(scored)))
-            acc = getattr(self, "accelerator", None)
-            if acc is not None and acc.num_processes > 1:  # a group may span processes
-                everyone = acc.gather(start.to(acc.device)).cpu()
-                mine = slice(acc.process_index * len(start), (acc.process_index + 1) * len(start))
-            else:
-                everyone, mine = start, slice(None)
-            groups = everyone.view(-1, self.num_generations).mean(dim=1)
-            baseline = groups.repeat_interleave(self.num_generations)[mine][:, None]
-            process_adv = torch.where(covered, process - baseline, torch.zeros_like(process))
-            adv = out["advantages"]
-            adv = adv[:, None] if adv.dim() == 1 else adv
-            out["advantages"] = adv + self.step_weight * process_adv.to(adv.device) * mask
-            return out
-
-    return ProcessGRPOTrainer
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,123 @@
+"""A learned PRM of the lab world that reads a step's text, and its blind spot.
+
+``prmkit lab rl`` trains a policy for thousands of samples per seed, so its learned PRM must
+read a solution in microseconds. :class:`FeaturePRM` is a discrete-time hazard model (the
+survival form of the demo's heads): the chance that step k is the first wrong step, given
+that the steps before it were right, is
+
+    h_k = sigmoid(w . f_k),   and the score of step k is  prod_{j <= k} (1 - h_j),
+
+with f_k read from the text of the step, the step before it and the problem:
+
+``bias``       1;
+``hidden``     the step states a result with no calculation to check;
+``calc``       its calculation is wrong ("20 + 6 = 27"): a calculator's check;
+``operator``   its operator is not the one the problem's sentence names (adding what was
+               given away);
+``carry``      its first number is not the previous step's result;
+``answer``     it is the answer line; ``answer_carry``: its answer is not the previous result.
+
+It is fitted (:func:`fit`, logistic regression by Newton's method) on the steps up to and with
+the first error of sampled solutions, with exact labels. Its **blind spot** is what no local
+feature can see: whether a stated result is the problem's true value. A step that hides a wrong
+calculation claims nothing checkable, so the gold labels the model learns from never make it
+the first error (the next checkable line is): the fitted ``hidden`` weight says "safe", and a
+policy rewarded by this PRM alone learns to stop showing its work (reward hacking, Gao et al.
+2023, "Scaling Laws for Reward Model Overoptimization"; DeepSeek-AI 2025, "DeepSeek-R1").
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import Any, Sequence
+
+import numpy as np
+
+from prmkit.lab.world import Problem, load_problem
+
+FEATURES = ("bias", "hidden", "calc", "operator", "carry", "answer", "answer_carry")
+SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_CALC = re.compile(r"(?P<a>-?\d+(?:\.\d+)?) (?P<op>[-+*/]) (?P<b>\d+) = (?P<c>-?\d+(?:\.\d+)?)")
+_ANSWER = re.compile(r"answer is (?P<v>-?\d+(?:\.\d+)?)")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def features(problem: Problem, steps: Sequence[str]) -> np.ndarray:
+    """The feature rows (steps x FEATURES) of one solution."""
+    rows = np.zeros((len(steps), len(FEATURES)))
+    prev: Fraction = Fraction(problem.start)
+    for k, step in enumerate(steps):
+        f = rows[k]
+        f[0] = 1.0
+        calc, ans = _CALC.search(step), _ANSWER.search(step)
+        if ans:
+            f[5] = 1.0
+            f[6] = float(Fraction(ans.group("v")) != prev)
+        elif calc:
+            a, b, c = Fraction(calc.group("a")), int(calc.group("b")), Fraction(calc.group("c"))
+            exact = {"+": a + b, "-": a - b, "*": a * b, "/": a / b}[calc.group("op")]
+            f[2] = float(abs(float(exact - c)) > 0.006)
+            want = SYMBOLS[problem.ops[k].kind] if k < len(problem.ops) else None
+            f[3] = float(calc.group("op") != want)
+            f[4] = float(a != prev)
+        else:
+            f[1] = 1.0
+        numbers = _NUMBER.findall(step)
+        if numbers and not ans:
+            prev = Fraction(numbers[-1])
+    return rows
+
+
+class FeaturePRM:
+    """The hazard PRM with weights ``w`` (one per feature), through the PRM protocol."""
+
+    def __init__(self, w: Sequence[float]):
+        self.w = np.asarray(w, dtype=float)
+        self._problems: dict[str, Problem] = {}
+
+    def problem(self, text: str) -> Problem:
+        if text not in self._problems:
+            self._problems[text] = load_problem(text)
+        return self._problems[text]
+
+    def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
+        out: list[list[float | None]] = []
+        for problem, sol in zip(problems, steps):
+            if not sol:
+                out.append([])
+                continue
+            h = 1.0 / (1.0 + np.exp(-(features(self.problem(problem), sol) @ self.w)))
+            out.append([float(x) for x in np.cumprod(1.0 - h)])
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"features": list(FEATURES), "weights": [round(float(x), 6) for x in self.w]}
+
+
+def hazard_rows(problem: Problem, steps: Sequence[str], labels: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The training rows of one solution: its steps up to and with the first wrong one, the
+    target 1 at the first wrong step, 0 before it."""
+    x = features(problem, steps)
+    first = next((k for k, label in enumerate(labels) if not label), len(labels) - 1)
+    y = np.zeros(first + 1)
+    if not labels[first]:
+        y[first] = 1.0
+    return x[:first + 1], y
+
+
+def fit(x: np.ndarray, y: np.ndarray, l2: float = 1e-2, iterations: int = 50) -> np.ndarray:
+    """Logistic regression of ``y`` on ``x`` (L2 penalty ``l2`` on every weight but the bias),
+    by Newton's method."""
+    w = np.zeros(x.shape[1])
+    penalty = np.full(x.shape[1], l2)
+    penalty[0] = 0.0
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-(x @ w)))
+        grad = x.T @ (p - y) + penalty * w
+        hess = (x * (p * (1 - p))[:, None]).T @ x + np.diag(penalty + 1e-9)
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return w

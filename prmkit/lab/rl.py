@@ -1,0 +1,315 @@
+"""``prmkit lab rl``: do step rewards make RL learn from fewer samples, and does a PRM alone
+get hacked? Measured on a policy that can learn (:mod:`prmkit.lab.stepolicy`).
+
+Math-Shepherd (Wang et al. 2024) raised Mistral-7B on GSM8K from 77.9% to 84.1% with PPO on
+per-step PRM rewards, beyond outcome-only reward; DeepSeek-R1 (DeepSeek-AI 2025) warns that a
+learned PRM invites reward hacking at scale. Both are measured here, on lab problems of 4 to 8
+operations, with GRPO-style policy gradient (groups of ``--group`` samples per problem) and the
+reward and advantage code that prmkit gives TRL users: :class:`prmkit.rl.rewards.ProcessReward`
+reads each solution's text; :mod:`prmkit.rl.advantage` makes the advantages; the reward-hacking
+diagnostic is :func:`prmkit.rl.diagnostics.hacking_flags` on a :class:`~prmkit.rl.diagnostics.RewardLog`.
+
+Arms (every one logs the trained PRM's score beside the sampled accuracy, for the diagnostic):
+
+``outcome``   GRPO's outcome advantage on every step;
+``gold``      outcome plus step-local step rewards from the gold PRM (exact labels):
+              A_i + ``--step-weight`` x (s_k - s_(k-1)) on step k;
+``trained``   the same with the trained PRM (:mod:`prmkit.lab.featureprm`, fitted on exact
+              labels of the base policy's samples of other problems);
+``prm-only``  DeepSeekMath's process-supervised advantage from the trained PRM alone, no
+              answers: the reward-hacking arm. That PRM's blind spot is a hidden calculation.
+
+Protocol, fixed before any run: each arm's learning rate is picked from ``--lrs`` on
+``--tune-seeds`` seeds of their own, by the mean over the run of the reward that arm can see
+(its outcomes; the PRM's last-step score for ``prm-only``); then every arm runs on ``--seeds``
+fresh seeds, paired (seed j draws the same problem batches in every arm). After each update
+the held-out accuracy is computed exactly (:meth:`StepPolicy.success_probability` averaged over
+``--eval-problems`` problems), so the curves carry no sampling noise of their own.
+
+Claims (:mod:`prmkit.lab.rlstats`): ``step_rewards_fewer_samples`` (gold arm: the ratio of the
+samples outcome-only needs to reach its own final accuracy to those the gold arm needs; holds
+when its 95% interval over seeds is above 1) and ``prm_only_reward_hacking`` (the PRM-only arm's
+PRM score rises, its accuracy falls, both intervals clear of 0, and the diagnostic flags at
+least half of its seeds). Stages are cached in ``--output``: a rerun with the same settings
+reuses every finished seed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from prmkit.errors import PrmkitError
+
+ARMS = ("outcome", "gold", "trained", "prm-only")
+# Not run by default: outcome plus the gold PRM's step rewards in the other forms of prmkit.rl,
+# to compare what each does to credit (docs/lab-rl.md).
+EXTRA_ARMS = ("gold-raw", "gold-delta", "gold-min", "gold-process")
+DESCRIPTION = """\
+Do step rewards make RL learn from fewer samples, and does a PRM alone get hacked? A policy
+that can learn (a softmax over the lab world's sentence kinds and operators, and whether to
+show each calculation) is trained by GRPO-style policy gradient on lab problems of 4 to 8
+operations, through prmkit's own reward, advantage and diagnostic code, in four arms:
+
+  outcome   GRPO's outcome advantage on every step
+  gold      outcome plus step-local step rewards from the gold PRM
+  trained   the same with a PRM trained on exact labels (it cannot see hidden calculations)
+  prm-only  DeepSeekMath's process advantage from that trained PRM alone (no answers)
+
+Each arm's learning rate is tuned on seeds of its own, then every arm runs on the same fresh
+seeds. The held-out accuracy after each update is exact, not sampled. Claims, with bootstrap
+95% intervals over seeds: step_rewards_fewer_samples (the gold arm reaches outcome-only's
+final accuracy with fewer samples) and prm_only_reward_hacking (the PRM-only arm's PRM score
+rises while its accuracy falls, and the reward-hacking diagnostic flags it). Writes
+OUTPUT/summary.json and OUTPUT/report.html; a rerun with the same settings reuses every
+finished run.
+"""
+STAGES_VERSION = 1
+
+
+@dataclass
+class LabRLConfig:
+    """Sizes of ``prmkit lab rl`` (the defaults finish in minutes on 2 cores)."""
+
+    output: str = field(default="lab_rl_out", metadata={"help": "folder for every file it writes"})
+    seed: int = field(default=0, metadata={"help": "seed of the problems and of every run's seeds"})
+    seeds: int = field(default=30, metadata={"help": "paired evaluation seeds per arm"})
+    tune_seeds: int = field(default=5, metadata={"help": "seeds per learning rate for tuning (not reused)"})
+    lrs: str = field(default="1,3,10,30,100", metadata={
+        "help": "learning rates tried per arm, comma-separated"})
+    updates: int = field(default=40, metadata={"help": "policy-gradient updates per run"})
+    problems_per_update: int = field(default=2, metadata={"help": "problems per update"})
+    group: int = field(default=8, metadata={"help": "samples per problem (a GRPO group)"})
+    step_weight: float = field(default=1.0, metadata={
+        "help": "weight w of the step-local term of the gold and trained arms"})
+    min_ops: int = field(default=4, metadata={"help": "fewest operations per problem"})
+    max_ops: int = field(default=8, metadata={"help": "most operations per problem"})
+    train_problems: int = field(default=400, metadata={"help": "problems the updates draw from"})
+    eval_problems: int = field(default=200, metadata={"help": "held-out problems (exact accuracy)"})
+    prm_problems: int = field(default=300, metadata={
+        "help": "problems whose base-policy samples train the trained PRM"})
+    prm_samples: int = field(default=4, metadata={"help": "samples per PRM training problem"})
+    bootstrap: int = field(default=2000, metadata={"help": "bootstrap resamples of the seeds"})
+    arms: str = field(default=",".join(ARMS), metadata={
+        "help": "arms to run, comma-separated (outcome must be one: the others compare to "
+                "it); besides the default ones: gold-raw, gold-delta, gold-min, gold-process "
+                "(outcome plus the gold PRM's step rewards in those forms)"})
+
+    def __post_init__(self) -> None:
+        for name in ("seeds", "tune_seeds", "updates", "problems_per_update", "train_problems",
+                     "eval_problems", "prm_problems", "prm_samples", "bootstrap"):
+            if getattr(self, name) < 1:
+                raise PrmkitError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.group < 2:
+            raise PrmkitError("--group must be at least 2 (GRPO compares a group)")
+        if not 1 <= self.min_ops <= self.max_ops:
+            raise PrmkitError("need 1 <= --min-ops <= --max-ops")
+        try:
+            lrs = self.lr_list
+        except ValueError:
+            raise PrmkitError(f"--lrs {self.lrs!r}: write numbers separated by commas") from None
+        if not lrs or min(lrs) <= 0:
+            raise PrmkitError("--lrs: give one or more positive learning rates")
+        unknown = [a for a in self.arm_list if a not in ARMS + EXTRA_ARMS]
+        if unknown or "outcome" not in self.arm_list:
+            raise PrmkitError(f"--arms: choose from {', '.join(ARMS + EXTRA_ARMS)}, outcome "
+                              f"among them")
+
+    @property
+    def lr_list(self) -> list[float]:
+        return [float(x) for x in self.lrs.split(",") if x.strip()]
+
+    @property
+    def arm_list(self) -> list[str]:
+        return [a.strip() for a in self.arms.split(",") if a.strip()]
+
+
+@dataclass
+class World:
+    """The problems of a run: parsed lab problems, their text and kind counts."""
+
+    train: list[Any]
+    train_text: list[str]
+    eval_counts: np.ndarray      # eval problems x kinds: how many operations of each kind
+
+
+def make_world(cfg: LabRLConfig) -> World:
+    from prmkit.lab.stepolicy import KINDS, kind_of
+    from prmkit.lab.world import LabConfig, load_problem, make_problems
+
+    def problems(n: int, seed: int) -> list[Any]:
+        return make_problems(LabConfig(n=n, min_steps=cfg.min_ops, max_steps=cfg.max_ops,
+                                       seed=seed))
+
+    train = problems(cfg.train_problems, 10_000 + cfg.seed)
+    held = [load_problem(r.problem) for r in problems(cfg.eval_problems, 20_000 + cfg.seed)]
+    counts = np.zeros((len(held), len(KINDS)))
+    for i, p in enumerate(held):
+        for k in range(len(p.ops)):
+            counts[i, kind_of(p, k)] += 1
+    return World([load_problem(r.problem) for r in train], [r.problem for r in train], counts)
+
+
+def exact_accuracy(policy: Any, counts: np.ndarray) -> float:
+    """The mean over held-out problems of the exact chance of a fully right solution."""
+    return float(np.mean(np.exp(counts @ np.log(right_per_kind(policy)))))
+
+
+def right_per_kind(policy: Any) -> np.ndarray:
+    """Per kind, the chance that a line of that kind is right (operator and no slip)."""
+    from prmkit.lab.stepolicy import KINDS, OPERATORS, true_op
+
+    p_op, p_show = policy.op_probs(), policy.show_probs()
+    right = np.array([p_op[c, OPERATORS.index(true_op(c))] for c in range(len(KINDS))])
+    return right * (p_show * (1 - policy.slip_shown) + (1 - p_show) * (1 - policy.slip_hidden))
+
+
+def train_prm(cfg: LabRLConfig) -> dict[str, Any]:
+    """Fit the trained PRM on exact labels of the base policy's samples of its own problems."""
+    from prmkit.lab import featureprm
+    from prmkit.lab.stepolicy import StepPolicy
+    from prmkit.lab.world import LabConfig, load_problem, make_problems
+
+    records = make_problems(LabConfig(n=cfg.prm_problems, min_steps=cfg.min_ops,
+                                      max_steps=cfg.max_ops, seed=30_000 + cfg.seed))
+    policy, rng = StepPolicy(), random.Random(f"prm-{cfg.seed}")
+    xs, ys = [], []
+    for r in records:
+        problem = load_problem(r.problem)
+        for _ in range(cfg.prm_samples):
+            s = policy.sample(problem, rng)
+            x, y = featureprm.hazard_rows(problem, s.steps, s.labels)
+            xs.append(x), ys.append(y)
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    prm = featureprm.FeaturePRM(featureprm.fit(x, y))
+    return {**prm.to_dict(), "rows": int(len(y)), "first_errors": int(y.sum())}
+
+
+def make_reward(arm: str, trained: Any) -> Any:
+    """The arm's :class:`ProcessReward`: outcome and the arm's PRM (the trained one where the
+    arm has none of its own, for the diagnostic)."""
+    from prmkit.lab.oracle import GoldPRM
+    from prmkit.rl.rewards import ProcessReward, RewardConfig
+
+    prm = GoldPRM() if arm.startswith("gold") else trained
+    return ProcessReward(prm, RewardConfig(mode="outcome+prm", aggregate="last"))
+
+
+def advantages(arm: str, scored: Sequence[Any], step_weight: float) -> list[list[float]]:
+    """Per-step advantages of one group of scored solutions, by the arm's rule."""
+    from prmkit.rl.advantage import (group_advantages, outcome_advantages, process_supervision,
+                                     returns_advantages)
+
+    outcomes = [float(bool(s.correct)) for s in scored]
+    scores = [[0.0 if x is None else float(x) for x in s.step_scores or []] for s in scored]
+    base = outcome_advantages(outcomes)
+    if arm == "outcome":
+        return [[a] * len(row) for a, row in zip(base, scores)]
+    if arm == "prm-only":
+        return group_advantages("process", outcomes, scores)
+    if arm in ("gold", "trained"):
+        return group_advantages("step-local", outcomes, scores, step_weight)
+    form = arm.split("-", 1)[1]
+    extra = process_supervision(scores) if form == "process" else returns_advantages(scores, form)
+    return [[a + step_weight * x for x in row] for a, row in zip(base, extra)]
+
+
+def score_group(reward: Any, cache: dict[Any, Any], problem: str, answer: str,
+                texts: Sequence[str]) -> list[Any]:
+    """``reward.score`` of a group, each distinct text scored once per ``cache`` (a policy
+    that has learned writes the same solution again and again)."""
+    todo = sorted({t for t in texts if (problem, t) not in cache})
+    if todo:
+        for t, s in zip(todo, reward.score([problem] * len(todo), todo, [answer] * len(todo))):
+            cache[problem, t] = s
+    return [cache[problem, t] for t in texts]
+
+
+def run_seed(cfg: LabRLConfig, world: World, arm: str, lr: float, seed: str,
+             trained: Any, cache: dict[Any, Any] | None = None) -> dict[str, Any]:
+    """One training run: the exact held-out accuracy after every update, and the log.
+    ``cache`` holds scored solutions across runs with the same PRM."""
+    from prmkit.lab.stepolicy import KINDS, OPERATORS, StepPolicy
+    from prmkit.rl.diagnostics import RewardLog
+
+    policy, reward, log = StepPolicy(), make_reward(arm, trained), RewardLog()
+    order, draws = random.Random(f"order-{seed}"), random.Random(f"samples-{seed}")
+    curve, seen = [exact_accuracy(policy, world.eval_counts)], []
+    for u in range(cfg.updates):
+        batch = order.sample(range(len(world.train)), cfg.problems_per_update)
+        g_op, g_show = np.zeros((len(KINDS), len(OPERATORS))), np.zeros(len(KINDS))
+        rows = []
+        for i in batch:
+            samples = [policy.sample(world.train[i], draws) for _ in range(cfg.group)]
+            scored = score_group(reward, {} if cache is None else cache, world.train_text[i],
+                                 str(world.train[i].answer), ["\n".join(s.steps) for s in samples])
+            for s, a in zip(samples, advantages(arm, scored, cfg.step_weight)):
+                policy.grad_log_prob(s, a, g_op, g_show)
+            rows += scored
+            seen += [float(x.prm if arm == "prm-only" else bool(x.correct)) for x in scored]
+        log.add(u, rows)
+        n = cfg.problems_per_update * cfg.group
+        policy.update(g_op / n, g_show / n, lr)
+        curve.append(exact_accuracy(policy, world.eval_counts))
+    return {"arm": arm, "lr": lr, "seed": seed, "curve": [round(x, 6) for x in curve],
+            "seen": round(float(np.mean(seen)), 6), "log": [asdict(r) for r in log.rows],
+            "show": [round(float(x), 4) for x in policy.show_probs()]}
+
+
+def tune(cfg: LabRLConfig, world: World, arm: str, trained: Any, cache: dict[Any, Any],
+         out: str) -> dict[str, Any]:
+    """The arm's learning rate: the one whose tuning runs saw the most reward (module
+    docstring); each run is a stage file of its own."""
+    from prmkit.lab.stages import stage_json
+
+    seen: dict[str, float] = {}
+    for lr in cfg.lr_list:
+        runs = [stage_json(out, os.path.join("tune", f"{arm}_lr{lr:g}_{j}.json"),
+                           lambda: run_seed(cfg, world, arm, lr, f"{cfg.seed}-tune-{j}", trained,
+                                            cache))
+                for j in range(cfg.tune_seeds)]
+        seen[f"{lr:g}"] = round(float(np.mean([r["seen"] for r in runs])), 6)
+    best = max(seen, key=lambda k: seen[k])
+    return {"arm": arm, "lr": float(best), "seen_by_lr": seen}
+
+
+def run(cfg: LabRLConfig) -> int:
+    """The whole experiment: trained PRM, tuning, paired runs, summary.json and report.html."""
+    from prmkit.lab import featureprm, rlstats
+    from prmkit.lab.stages import Printer, prepare, stage_json
+
+    t0, out = time.time(), cfg.output
+    prepare(out, cfg, STAGES_VERSION)
+    for sub in ("tune", "runs"):
+        os.makedirs(os.path.join(out, sub), exist_ok=True)
+    say = Printer()
+    say(f"prmkit lab rl: seed {cfg.seed}, arms {', '.join(cfg.arm_list)}; files in {out}/")
+    world = make_world(cfg)
+    info = stage_json(out, "prm.json", lambda: train_prm(cfg))
+    trained = featureprm.FeaturePRM(info["weights"])
+    weights = ", ".join(f"{k} {v:+.2f}" for k, v in zip(info["features"], info["weights"]))
+    say.stage(1, f"trained PRM on {info['rows']} steps of base-policy samples: {weights}")
+    caches: dict[bool, dict[Any, Any]] = {True: {}, False: {}}   # gold PRM or not
+    tuned = {arm: tune(cfg, world, arm, trained, caches[arm.startswith("gold")], out)
+             for arm in cfg.arm_list}
+    say.stage(2, "learning rates on " + f"{cfg.tune_seeds} tuning seeds: " + "; ".join(
+        f"{a} {t['lr']:g}" for a, t in tuned.items()))
+    runs = {arm: [stage_json(out, os.path.join("runs", f"{arm}_{j}.json"),
+                             lambda: run_seed(cfg, world, arm, tuned[arm]["lr"],
+                                              f"{cfg.seed}-eval-{j}", trained,
+                                              caches[arm.startswith("gold")]))
+                  for j in range(cfg.seeds)] for arm in cfg.arm_list}
+    say.stage(3, f"{cfg.seeds} paired seeds per arm, {cfg.updates} updates of "
+                 f"{cfg.problems_per_update * cfg.group} samples")
+    result = rlstats.summarise(cfg, runs, tuned, info)
+    result["seconds"] = round(time.time() - t0, 1)
+    rlstats.write(out, result, runs)
+    say.stage(4, f"summary in {out}/summary.json, report in {out}/report.html")
+    for line in rlstats.lines(result):
+        say(line)
+    return 0
