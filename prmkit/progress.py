@@ -54,6 +54,8 @@ def note(**items: Any) -> None:
         _OPEN.pop()
     if _OPEN:
         _OPEN[-1].set_postfix(items)
+        if isinstance(_OPEN[-1], LogProgress):
+            _OPEN[-1].tick()
 
 
 def progress(iterable: Iterable[Any] | None = None, *, total: int | None = None,
@@ -105,8 +107,12 @@ class LogProgress:
                     **kwargs: Any) -> None:
         items = {**(ordered_dict or {}), **kwargs}
         self.postfix = ", ".join(f"{k}={v}" for k, v in items.items())
+
+    def tick(self) -> None:
+        """A line with the current postfix once the interval has passed, even if no item was
+        finished since the last one (:func:`note`: news inside a long item)."""
         now = time.monotonic()
-        if refresh and now - self.last >= self.every:   # news inside a long item
+        if now - self.last >= self.every:
             self.last = now
             self._print(now)
 

@@ -102,6 +102,10 @@ def test_has_final_answer():
     assert has_final_answer("The answer is 5.")
     assert has_final_answer("So the final answer is $\\boxed{5}$")
     assert not has_final_answer("She has 5 apples.")
+    for stated in ("A: 26", "Answer: 26", "Final answer: 26", "#### 26"):
+        assert has_final_answer(stated), stated
+    for not_stated in ("A cat has 4 legs.", "Area: 26 square feet."):
+        assert not has_final_answer(not_stated), not_stated
 
 
 # ------------------------------------------------------------------------------- fake generator

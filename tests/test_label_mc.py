@@ -235,3 +235,18 @@ def test_bad_settings_and_records():
         list(label_mc([no_ref], scripted({}), PROMPTER))
     with pytest.raises(RecordError, match="no Monte Carlo counts"):
         relabel(no_ref)
+
+
+def test_a_record_no_rollout_solves_is_warned_about(caplog):
+    recs = [record("lost", 3), record("fine", 3)]
+    with caplog.at_level("WARNING", logger="prmkit"):
+        out, _ = run(recs, {"lost": [0, 0, 0], "fine": [2, 1, 0]}, rollouts=4)
+    assert out["lost"].labels == [0.0, 0.0, 0.0]
+    warned = [r.getMessage() for r in caplog.records if "carry no signal" in r.getMessage()]
+    assert len(warned) == 1 and "'lost'" in warned[0] and "12 rollouts" in warned[0]
+
+
+def test_a_step_that_begins_a_colon_stated_answer_is_the_free_probe():
+    # "A: 42" states the answer: the solution's own answer settles it, with no rollout
+    out, fake = run([record("a", 2, last="A: 42")], {"a": [0, 0]}, rollouts=4)
+    assert out["a"].meta["mc"]["samples"] == [4, 1] and out["a"].labels[-1] == 1.0

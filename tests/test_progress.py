@@ -120,3 +120,20 @@ def test_train_prm_prints_progress_lines(tiny_base, tmp_path, capsys, monkeypatc
                      "--batch-tokens", "256", "--max-length", "128"]) == 0
     err = capsys.readouterr().err
     assert len(progress_lines(err, "train")) >= 2, err
+
+
+def test_note_reports_work_inside_a_long_item_on_the_open_bar(monkeypatch):
+    from prmkit.progress import note
+
+    monkeypatch.setenv("PRMKIT_PROGRESS_EVERY", "0")
+    out = io.StringIO()
+    note(rollouts=1)                                   # no bar open: nothing happens
+    with progress(total=2, desc="label", unit="rec", file=out) as bar:
+        note(rollouts=8, in_flight=2)
+        bar.update(1)
+        note(rollouts=16, in_flight=1)
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("rollouts=8, in_flight=2") and "0/2 rec" in lines[0]
+    assert lines[-1].endswith("rollouts=16, in_flight=1")
+    note(rollouts=99)                                  # the bar is closed: nothing more
+    assert out.getvalue().splitlines() == lines
