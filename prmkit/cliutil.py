@@ -27,7 +27,7 @@ from prmkit.models.reading import DTYPES
 
 EPILOG_RECORDS = ("Records are JSONL, one object per line, with the fields id, problem, steps, "
                   "labels, first_error, answer, reference, is_correct, group, step_scores, meta "
-                  "(see README.md). An input of records may also be a datasets folder "
+                  "(see docs/records.md). An input of records may also be a datasets folder "
                   "(save_to_disk), an Arrow or Parquet file, or hf:NAME[:CONFIG][:SPLIT] "
                   "(datasets.load_dataset), in any known layout, recognised by its columns: "
                   "prmkit records, Math-Shepherd, PRM800K, ProcessBench, PRMBench, TRL stepwise.")

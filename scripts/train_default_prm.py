@@ -15,9 +15,8 @@ Recipe (every number below is a flag):
    ``class`` (the default, the recipe of the shipped model): the last ``--last-k`` layers +
    final norm + a new 2-class head, one epoch at ``--lr`` 3e-4;
    ``surprisal`` (the lab demo's recipe): the surprisal head alone on the frozen body
-   (``--head surprisal --last-k 0 --cache-frozen``), ``--epochs`` 16 at 1e-3. Measured on
-   2,000 records on 2026-12-01 and not shipped: see the model card. bf16 autocast, hard
-   labels.
+   (``--head surprisal --last-k 0 --cache-frozen``), ``--epochs`` 16 at 1e-3. bf16 autocast,
+   hard labels.
 3. ORM with the same recipe and budget (same records, same steps, same optimiser): one label
    per record, read at its last step: correct when no step of the record is labelled wrong.
 4. Measured on the held-out PRM800K test records (step AUC), on the ProcessBench dev slice
@@ -155,8 +154,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--recipe", default="class", choices=["class", "surprisal"],
                     help="class: last-k layers and a 2-class head (the shipped model's); "
                          "surprisal: the surprisal head alone on the frozen body")
-    ap.add_argument("--n-train", type=int, default=1000, help="PRM800K train records")
-    ap.add_argument("--n-dev", type=int, default=60, help="PRM800K test records for validation")
+    ap.add_argument("--n-train", type=int, default=800, help="PRM800K train records (the shipped PRM: 800)")
+    ap.add_argument("--n-dev", type=int, default=40, help="PRM800K test records for validation (the shipped PRM: 40)")
     ap.add_argument("--n-test", type=int, default=300, help="other test records for the card")
     ap.add_argument("--max-length", type=int, default=512, help="longest record kept, in tokens")
     ap.add_argument("--last-k", type=int, default=2, help="--recipe class: layers trained")

@@ -72,7 +72,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     if not all(importlib.util.find_spec(name) for name in ("fastapi", "uvicorn")):
         raise PrmkitError("prmkit serve needs FastAPI and uvicorn: pip install 'prmkit[serve]'")
     from prmkit.models.load import model_kind, open_prm
-    from prmkit.models.reading import HFConfig
+    from prmkit.models.reading import HFConfig, fast_dtype
     from prmkit.models.backends.remote import is_remote
     from prmkit.serve.app import bind, create_app, uvicorn_server
 
@@ -92,7 +92,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     app = create_app(prm, config, model_name, prm.format.name, kind)
     where = f"http://[{config.host}]:{config.port}" if ":" in config.host else \
         f"http://{config.host}:{config.port}"
-    print(f"prmkit serve: {model_name} ({prm.format.name}, {args.dtype}) on {where} "
+    dtype = args.dtype if args.dtype != "auto" else f"auto = {fast_dtype(args.device)}"
+    print(f"prmkit serve: {model_name} ({prm.format.name}, {dtype}) on {where} "
           f"(/v1/score, /get_reward, /health); token {'required' if config.token else 'off'}; "
           f"batching up to {config.batching.token_budget} tokens, {config.batching.max_wait_ms:g} ms",
           file=sys.stderr, flush=True)
