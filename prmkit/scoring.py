@@ -77,9 +77,11 @@ def open_scorer(backend: str, model: str | None, token: str | None = None, fmt: 
 def describe(prm: Any) -> dict[str, Any]:
     """The step format and the dtype ``prm`` actually runs in (None where it does not say)."""
     model = getattr(prm, "model", None)
-    dtype = None
+    engine = getattr(getattr(prm, "llm", None), "llm_engine", None)     # vLLM's
+    dtype = getattr(getattr(engine, "model_config", None), "dtype", None)
     if hasattr(model, "parameters"):
-        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        dtype = next(model.parameters()).dtype
+    dtype = None if dtype is None else str(dtype).replace("torch.", "")
     return {"format": getattr(getattr(prm, "format", None), "name", None), "dtype": dtype}
 
 
