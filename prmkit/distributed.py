@@ -20,7 +20,7 @@ Failures:
   die ``MAX_DEATHS`` times ends the run. An error raised by ``work`` or by ``make_state`` (a bad
   record, a model that does not load) ends the run at once: a PrmkitError as itself.
 * Ray missing is a clear error naming the extra to install.
-* A cluster address is first probed over TCP: one that does not answer fails within
+* A cluster address is first probed (:func:`probe`): one that does not answer fails within
   ``PROBE_SECONDS``, not after Ray's own minutes of retries. Workers that the cluster's CPUs or
   GPUs cannot hold are refused before anything starts (they would wait for ever).
 
@@ -97,8 +97,15 @@ class _Worker:
 
 
 def probe(address: str, seconds: float = PROBE_SECONDS) -> None:
-    """Fail within ``seconds`` when the cluster address ``address`` (``HOST:PORT`` or
-    ``ray://HOST:PORT``) does not accept a TCP connection; ``auto`` and ``local`` pass."""
+    """Fail within about ``seconds`` when nothing answers at the cluster address ``address``
+    (``HOST:PORT`` or ``ray://HOST:PORT``) as a Ray cluster does; ``auto`` and ``local`` pass.
+
+    Both of Ray's ports (the GCS, 6379; the client server, 10001) are gRPC servers, and a gRPC
+    server answers any call over HTTP/2 with ``:status 200`` (an unknown method's error comes
+    in the trailers). So the probe makes one call by hand (:func:`_grpc_status`): a closed port,
+    a host that does not answer, and a proxy that answers for an absent host (404) all fail
+    here, where Ray itself retries for 20 s or more.
+    """
     if address in ("auto", "local"):
         return
     hostport = address.split("://", 1)[-1].rstrip("/")
@@ -106,11 +113,49 @@ def probe(address: str, seconds: float = PROBE_SECONDS) -> None:
     if not host or not port.isdigit():
         raise PrmkitError(f"--ray {address}: expected auto, local, HOST:PORT or ray://HOST:PORT")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=seconds) as conn:
+            status = _grpc_status(conn, hostport)
+        why = None if status == 200 else f"HTTP status {status}, not a gRPC server"
     except OSError as e:
-        why = "no answer" if isinstance(e, socket.timeout) else (e.strerror or type(e).__name__)
-        raise PrmkitError(f"--ray {address}: the cluster does not answer ({why} within "
-                          f"{seconds:g} s); is `ray start` running there?") from None
+        why = f"no answer within {seconds:g} s" if isinstance(e, socket.timeout) \
+            else (e.strerror or type(e).__name__)
+    if why:
+        raise PrmkitError(f"--ray {address}: the cluster does not answer ({why}); is `ray start` "
+                          f"running there?")
+
+
+def _grpc_status(conn: socket.socket, authority: str) -> int | None:
+    """The HTTP status of one gRPC call made over ``conn`` (HTTP/2 frames by hand: the client
+    preface, empty SETTINGS, a HEADERS frame in literal HPACK, an empty message); None when the
+    answer is no HTTP/2 status. 200 is HPACK's static entry 8 (byte 0x88), 404 entry 13."""
+    def frame(kind: int, flags: int, payload: bytes) -> bytes:
+        return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + (1).to_bytes(4, "big") \
+            + payload
+
+    def literal(name: str, value: str) -> bytes:
+        n, v = name.encode(), value.encode()
+        return bytes([0, len(n)]) + n + bytes([len(v)]) + v
+
+    headers = b"".join(literal(k, v) for k, v in (
+        (":method", "POST"), (":scheme", "http"), (":path", "/prmkit.Probe/Ping"),
+        (":authority", authority[:100]), ("content-type", "application/grpc"), ("te", "trailers")))
+    conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+                 + frame(1, 4, headers) + frame(0, 1, bytes(5)))
+    buf = b""
+    while True:
+        while len(buf) < 9 or len(buf) < 9 + int.from_bytes(buf[:3], "big"):
+            more = conn.recv(4096)
+            if not more:
+                return None
+            buf += more
+        size, kind, flags = int.from_bytes(buf[:3], "big"), buf[3], buf[4]
+        stream, body, buf = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, buf[9:9 + size], buf[9 + size:]
+        if kind == 7:                                          # GOAWAY
+            return None
+        if kind == 1 and stream == 1:
+            body = body[1 + body[0]:] if flags & 0x8 else body   # padded
+            body = body[5:] if flags & 0x20 else body              # priority
+            return {0x88: 200, 0x8D: 404}.get(body[0] if body else -1, 0)
 
 
 def connect(address: str, cpus: float = 0.0) -> tuple[Any, bool]:

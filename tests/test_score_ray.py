@@ -107,6 +107,7 @@ def test_score_on_two_workers_equals_local_and_shares_groups(local_ray, model, t
     assert "dtype" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_processbench_table_is_the_same_on_workers(local_ray, model, tmp_path, capsys):
     data = test_eval_model.processbench_file(tmp_path / "gsm8k.json")
     base = ["eval", "processbench", "--model", model, "--format", "trl", "--dtype", "float32",
