@@ -25,6 +25,8 @@ import functools
 import json
 import os
 import sys
+import time
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -45,6 +47,7 @@ class ScoreResult:
     truncated: int
     sharing: Any = None   # prmkit.models.sharing.prefix.ShareStats when prefixes were shared
     described: dict[str, Any] | None = None   # the PRM's format and dtype (describe())
+    seconds: float = 0.0  # scoring alone: the loop here, or on Ray first batch start to last end
 
 
 BACKENDS = ("hf", "vllm")
@@ -206,6 +209,7 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
             tally.sharing = ShareStats(off=sharing_blocker(prm) or "")
         shared = tally.sharing if tally.sharing is not None and not tally.sharing.off else None
         stream = _scored(prm, todo, per_prefix, chunk, shared)
+    start = time.time()
     with progress(total=len(records), initial=len(records) - len(todo), desc=desc,
                   unit="rec") as bar:
         for rec, scores in stream:
@@ -216,6 +220,7 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
             if writer is not None:
                 writer.write(rec)
             bar.update(1)
+    seconds = tally.span() if ray is not None else time.time() - start
     if writer is not None:
         writer.close(order=[r.id for r in records])
     truncated = tally.truncated if ray is not None else \
@@ -224,7 +229,7 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
         print(f"warning: {truncated} solutions were longer than the model allows; their last "
               f"steps have null scores", file=sys.stderr)
     described = tally.described if ray is not None else (describe(prm) if prm is not None else None)
-    return ScoreResult(prm, len(records) - len(todo), truncated, tally.sharing, described)
+    return ScoreResult(prm, len(records) - len(todo), truncated, tally.sharing, described, seconds)
 
 
 @dataclass
@@ -234,12 +239,19 @@ class Tally:
     sharing: Any = None
     truncated: int = 0
     described: dict[str, Any] | None = None
+    times: list[float] = dataclasses.field(default_factory=list)   # batches' starts and ends
 
     def add(self, note: dict[str, Any]) -> None:
+        self.times += note["times"]
         self.truncated += note["truncated"]
         self.described = self.described or note["described"]
         if self.sharing is not None and note["sharing"] is not None:
             self.sharing.add(note["sharing"])
+
+    def span(self) -> float:
+        """Seconds from the first batch's start on a worker to the last one's end (one clock
+        on one machine; on a cluster, as far as the nodes' clocks agree)."""
+        return max(self.times) - min(self.times) if self.times else 0.0
 
 
 def score_batch(records: list[Record], prm: Any, per_prefix: bool = False,
@@ -250,13 +262,13 @@ def score_batch(records: list[Record], prm: Any, per_prefix: bool = False,
     from prmkit.models.sharing.prefix import ShareStats, has_groups, sharing_blocker
 
     sharing = ShareStats(off=sharing_blocker(prm) or "") if share and has_groups(records) else None
-    before = prm.stats.truncated_solutions
+    before, start = prm.stats.truncated_solutions, time.time()
     for rec, scores in _scored(prm, records, per_prefix, len(records),
                                sharing if sharing is not None and not sharing.off else None):
         rec.step_scores = scores
         yield rec
     yield {"truncated": prm.stats.truncated_solutions - before, "sharing": sharing,
-           "described": describe(prm)}
+           "described": describe(prm), "times": [start, time.time()]}
 
 
 def _scored_on_ray(make_prm: Any, todo: list[Record], per_prefix: bool, chunk: int | None,
