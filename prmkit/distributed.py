@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import sys
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
@@ -262,14 +263,18 @@ def _replace(dead: Any, error: Exception, running: dict[Any, _Task], again: dequ
         last = [ln for ln in str(error).strip().splitlines() if ln.strip()][-1:] or ["?"]
         raise PrmkitError(f"a Ray worker could not start: "
                           f"{last[0].split('PrmkitError: ', 1)[-1].strip()}") from None
+    resent = 0
     for ref in [ref for ref, task in running.items() if task.actor is dead]:
         task = running.pop(ref)
         left = [r for r in task.records if r.id not in task.back]
+        resent += len(left)
         if task.deaths + 1 >= MAX_DEATHS:
             raise PrmkitError(f"Ray workers died {MAX_DEATHS} times on the batch holding record "
                               f"{task.records[0].id!r}; last: {str(error).splitlines()[0]}")
         if left:
             again.append((left, task.deaths + 1))
+    print(f"a Ray worker died ({str(error).strip().splitlines()[0][:120]}); a new one takes its "
+          f"place and its {resent} unfinished records are sent again", file=sys.stderr)
     while dead in free:
         free.remove(dead)
     actors.remove(dead)

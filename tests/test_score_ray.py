@@ -134,7 +134,7 @@ def double_once_dying(records, state, marker):
     yield {"batch": len(records)}
 
 
-def test_a_dead_worker_is_replaced_and_its_records_sent_again(local_ray, tmp_path):
+def test_a_dead_worker_is_replaced_and_its_records_sent_again(local_ray, tmp_path, capsys):
     recs = [Record(id=f"r{i}", problem="p", steps=["s"], meta={"x": i}) for i in range(10)]
     batches = [recs[i:i + 4] for i in range(0, 10, 4)]
     notes = []
@@ -142,6 +142,7 @@ def test_a_dead_worker_is_replaced_and_its_records_sent_again(local_ray, tmp_pat
     got = list(ray_stream(functools.partial(int, "100"), work, batches,
                           RayConfig(ray="local", workers=2), notes.append))
     assert os.path.exists(tmp_path / "died")
+    assert "a Ray worker died" in capsys.readouterr().err
     assert sorted(r.id for r in got) == sorted(r.id for r in recs)     # each once
     assert {r.id: r.meta["x"] for r in got} == {f"r{i}": 2 * i + 100 for i in range(10)}
     # the dying batch's note never came; its unfinished records came back in a new batch

@@ -122,5 +122,6 @@ def test_kill_one_worker(setup):
     os.kill(workers[0], signal.SIGKILL)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
+    assert "a Ray worker died" in err and "sent again" in err
     assert len(lines(out)) == len(ids)
     same(out, folder / "local.jsonl")
