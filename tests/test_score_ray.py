@@ -165,6 +165,10 @@ def test_an_address_that_does_not_answer_fails_in_seconds():
         probe("nowhere")
 
 
+def test_a_running_cluster_answers_the_probe(local_ray):
+    probe(local_ray.get_runtime_context().gcs_address)      # the GCS: gRPC, HTTP status 200
+
+
 def test_the_command_line_says_so(tmp_path, capsys):
     (tmp_path / "in.jsonl").write_text('{"id": "a", "problem": "p", "steps": ["s"]}\n')
     assert cli.main(["score", "--input", str(tmp_path / "in.jsonl"), "--output",
