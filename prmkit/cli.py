@@ -7,6 +7,7 @@ User mistakes (bad input lines, missing files, wrong options) are printed as one
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import logging
 import os
@@ -15,8 +16,8 @@ from typing import Any, Callable
 
 from prmkit import __version__
 from prmkit.cliutil import (AGGREGATE_CHOICES, EPILOG_RECORDS, Formatter, add_config_options,
-                            add_model_run_options, add_parser, check_inputs_not_empty,
-                            check_output_is_not_input, config_from_args)
+                            add_model_run_options, add_parser, add_scale_options,
+                            check_inputs_not_empty, check_output_is_not_input, config_from_args)
 from prmkit.errors import PrmkitError
 from prmkit.generate.cli import add_generate
 from prmkit.label.cli import add_label
@@ -94,7 +95,9 @@ def _add_score(sub: Any) -> None:
                 "records with `step_scores` added (one score per step, in [0, 1]; null for a "
                 "step past the model's maximum length). Each solution is read in one forward "
                 "pass, in batches sorted by length. Results are written as they finish to "
-                "OUT.partial; rerunning the same command after a kill resumes there.\n\n"
+                "OUT.partial; rerunning the same command after a kill resumes there. With "
+                "--ray, whole groups go to Ray workers that each load the model once; the "
+                "output is the same, in input order (docs/scaling-out.md).\n\n"
                 "Step formats (--format):\n" + presets + "\n\nDefault models (--model):\n"
                 + defaults + "\n  These named models are untrained backbones: their scores are "
                 "only useful for testing and benchmarks, not as a PRM's judgement. Without "
@@ -137,15 +140,17 @@ def _add_score(sub: Any) -> None:
                    help="allow the model folder's own Python code (off by default)")
     p.add_argument("--no-resume", action="store_true",
                    help="ignore OUT.partial from an earlier run and start again")
+    add_scale_options(p)
     p.set_defaults(run=_run_score)
 
 
 def _run_score(args: argparse.Namespace) -> int:
-    from prmkit.models.load import model_kind, open_prm
+    from prmkit.models.load import model_kind
     from prmkit.models.reading import HFConfig
     from prmkit.formats.detect import read_records
     from prmkit.records import check_output_path
-    from prmkit.scoring import score_records, score_settings
+    from prmkit.distributed import ray_config
+    from prmkit.scoring import open_scorer, score_records, score_settings
 
     check_output_path(args.output)  # the arguments first, then the records, then the model
     if args.chunk < 1:
@@ -158,11 +163,14 @@ def _run_score(args: argparse.Namespace) -> int:
 
     # in the settings only where it changes the batches: two records of a group, one problem
     share = not args.no_share_prefix and has_groups(records)
-    result = score_records(records, lambda: open_prm(args.model, args.token, args.format, config),
+    ray = ray_config(args)
+    result = score_records(records, functools.partial(open_scorer, args.backend, args.model,
+                                                      args.token, args.format, config),
                            args.output, resume=not args.no_resume, kind=kind,
                            per_prefix=args.per_prefix, chunk=args.chunk, share_prefix=share,
                            settings=score_settings(args.model, args.format, config,
-                                                   args.per_prefix, kind, share))
+                                                   args.per_prefix, kind, share, args.backend),
+                           ray=ray)
     if result.sharing is not None:
         print(result.sharing.summary(), file=sys.stderr)
     print(f"scored {len(records)} records -> {args.output}", file=sys.stderr)

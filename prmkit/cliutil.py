@@ -8,8 +8,8 @@ their own, in an argument group titled by ``metadata["group"]``, and :func:`conf
 builds the nested config back. A field with ``metadata={"cli": False}`` is not an option.
 It also holds the checks every command gets before it runs: an output path that is one of the
 inputs is refused, and an empty input file is named. ARCHITECTURE.md, "Layers": this module
-imports only the errors and the dtypes of prmkit.models.reading, so every CLI module may import
-it.
+imports only the errors and the dtypes of prmkit.models.reading at its top (the options of
+scaling out, inside their functions), so every CLI module may import it.
 """
 
 from __future__ import annotations
@@ -84,6 +84,19 @@ def add_model_run_options(p: Any, dtype_help: str, max_length_help: str) -> None
     p.add_argument("--max-length", type=int, default=None, help=max_length_help)
 
 
+def add_scale_options(p: Any) -> None:
+    """``--backend`` and the Ray options (:class:`prmkit.distributed.RayConfig`) of every
+    command that scores with a PRM."""
+    from prmkit.distributed import RayConfig
+    from prmkit.scoring import BACKENDS
+
+    p.add_argument("--backend", default="hf", choices=list(BACKENDS),
+                   help="hf: transformers in this process (or on each Ray worker); vllm: vLLM's "
+                        "pooling API on a CUDA GPU (pip install 'prmkit[vllm]'), for a PRM "
+                        "folder or hub id")
+    add_config_options(p, RayConfig, mark_optional=False)
+
+
 def option_type(tp: Any) -> tuple[Any, bool]:
     """(python type, optional) of a dataclass field annotation such as ``int | None``."""
     args = typing.get_args(tp)
@@ -123,8 +136,8 @@ def add_config_options(parser: Any, cls: Any, skip: tuple[str, ...] = (),
             else:
                 parser.add_argument(flag, dest=f.name, action="store_true", help=help_text)
             continue
-        kwargs: dict[str, Any] = {"choices": list(f.metadata["choices"])} \
-            if "choices" in f.metadata else {}
+        kwargs: dict[str, Any] = {k: f.metadata[k] for k in ("choices", "metavar")
+                                  if k in f.metadata}
         parser.add_argument(flag, dest=f.name, type=tp, required=required,
                             default=None if required else f.default,
                             help=help_text + (" (optional)" if optional and mark_optional else ""),

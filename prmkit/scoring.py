@@ -11,13 +11,22 @@ With ``share_prefix`` (on in ``prmkit score`` and ``prmkit eval bestofn`` unless
 ``--no-share-prefix``) the records that carry a ``group`` are scored with prefix sharing
 (:mod:`prmkit.models.sharing.prefix`: each group's common prefix read once, each candidate's suffix on
 its cache; the same scores as one pass, to float32 rounding), in chunks of whole groups.
+
+With ``ray`` (a :class:`prmkit.distributed.RayConfig`, ``--ray`` on the command line) the same
+batches (whole groups when sharing, else ``chunk`` records longest first) go to Ray workers that
+each open the PRM once (:mod:`prmkit.distributed`); the records are written as they come back
+and ``OUT`` is in input order. The settings do not include Ray: a run on workers resumes a local
+run's partial file and the other way round.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
+import time
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -37,21 +46,63 @@ class ScoreResult:
     resumed: int
     truncated: int
     sharing: Any = None   # prmkit.models.sharing.prefix.ShareStats when prefixes were shared
+    described: dict[str, Any] | None = None   # the PRM's format and dtype (describe())
+    seconds: float = 0.0  # scoring alone: the loop here, or on Ray first batch start to last end
+
+
+BACKENDS = ("hf", "vllm")
+
+
+def open_scorer(backend: str, model: str | None, token: str | None = None, fmt: str | None = None,
+                config: Any = None) -> Any:
+    """The PRM a command scores with: ``hf`` is :func:`prmkit.models.load.open_prm` (a folder,
+    a name, a hub id, a ``prmkit serve`` URL), ``vllm`` the same model through vLLM's pooling
+    API (:class:`prmkit.models.backends.vllm.VLLMPRM`; ``config``'s dtype, length cut and
+    trust_remote_code; vLLM picks its GPU itself)."""
+    from prmkit.models.load import open_prm
+
+    if backend not in BACKENDS:
+        raise PrmkitError(f"--backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend == "hf":
+        return open_prm(model, token, fmt, config)
+    from prmkit.models.backends.remote import is_remote
+    from prmkit.models.backends.vllm import VLLMPRM
+    from prmkit.models.pypi import DEFAULT_PRM, default_prm_path
+
+    name = default_prm_path() if model in (None, DEFAULT_PRM) else model
+    if is_remote(name):
+        raise PrmkitError(f"--backend vllm reads a model folder or hub id, not a server URL ({name})")
+    return VLLMPRM(name, fmt, dtype=getattr(config, "dtype", "auto"),
+                   max_model_len=getattr(config, "max_length", None),
+                   trust_remote_code=getattr(config, "trust_remote_code", False))
+
+
+def describe(prm: Any) -> dict[str, Any]:
+    """The step format and the dtype ``prm`` actually runs in (None where it does not say)."""
+    model = getattr(prm, "model", None)
+    engine = getattr(getattr(prm, "llm", None), "llm_engine", None)     # vLLM's
+    dtype = getattr(getattr(engine, "model_config", None), "dtype", None)
+    if hasattr(model, "parameters"):
+        dtype = next(model.parameters()).dtype
+    dtype = None if dtype is None else str(dtype).replace("torch.", "")
+    return {"format": getattr(getattr(prm, "format", None), "name", None), "dtype": dtype}
 
 
 def score_settings(model: str | None, fmt: str | None, config: Any, per_prefix: bool = False,
-                   kind: str = "prm", share_prefix: bool = False) -> dict[str, Any]:
+                   kind: str = "prm", share_prefix: bool = False,
+                   backend: str = "hf") -> dict[str, Any]:
     """The settings that change a scoring run's output (a resume must match them): the model
     (a folder by its absolute path), the step format, the dtype, the length cut, the device and
     token budget (the batches' make-up moves low-precision scores), the mode, prefix sharing
-    (it changes the batches too)."""
+    (it changes the batches too), the backend when it is not hf."""
     name = model or "default"
     if os.path.exists(name):
         name = os.path.abspath(name)
     return {"model": name, "format": fmt or "saved in the model folder",
             **{k: getattr(config, k, None) for k in ("dtype", "max_length", "device",
                                                       "token_budget")},
-            "per_prefix": per_prefix, "kind": kind, "share_prefix": share_prefix}
+            "per_prefix": per_prefix, "kind": kind, "share_prefix": share_prefix,
+            **({"backend": backend} if backend != "hf" else {})}
 
 
 def check_partial(out: str, done: dict[str, dict[str, Any]], records: Sequence[Record],
@@ -112,7 +163,7 @@ def _restore(rec: Record, row: dict[str, Any] | None, kind: str) -> bool:
 def score_records(records: Sequence[Record], prm: Any, out: str | None = None, resume: bool = True,
                   *, kind: str = "prm", per_prefix: bool = False, chunk: int | None = 64,
                   desc: str = "score", settings: dict[str, Any] | None = None,
-                  share_prefix: bool = False) -> ScoreResult:
+                  share_prefix: bool = False, ray: Any = None) -> ScoreResult:
     """Score ``records`` with ``prm`` (a PRM, or a function returning one), writing them to
     ``out`` as they finish when given.
 
@@ -123,12 +174,15 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
     (the module docstring); what it computed and saved is the result's ``sharing``.
     ``settings`` (what changes the scores: model, format, dtype, ...) are written at the head of
     ``OUT.partial``; a resume from a partial written with other settings, or from other input
-    records, is refused (:func:`check_partial`).
+    records, is refused (:func:`check_partial`). ``ray``: score on Ray workers, each opening
+    the PRM with ``prm`` (then a function that pickles, e.g. a partial of :func:`open_scorer`).
     """
     from prmkit.progress import progress
 
     if chunk is not None and chunk < 1:
         raise PrmkitError(f"--chunk must be positive, got {chunk}")
+    if ray is not None and hasattr(prm, "score"):
+        raise ValueError("with ray, prm must be a function that opens the PRM on each worker")
     done: dict[str, dict[str, Any]] = {}
     if out:
         check_output_path(out)
@@ -136,7 +190,7 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
         done = read_partial(out)  # only reads what is finished
         check_partial(out, done, records, settings)
     todo = [r for r in records if not _restore(r, done.get(r.id), kind)]
-    if callable(prm) and not hasattr(prm, "score"):
+    if ray is None and callable(prm) and not hasattr(prm, "score"):
         prm = prm() if todo else None  # opened before any output
     writer = ResumableWriter(out, resume=resume) if out else None
     if writer is not None and settings is not None and SETTINGS_ID not in done:
@@ -146,13 +200,19 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
               f" in {out}.partial", file=sys.stderr)
     from prmkit.models.sharing.prefix import ShareStats, has_groups, sharing_blocker
 
-    sharing = None       # the accounting, or why nothing was shared
-    if share_prefix and not per_prefix and prm is not None and has_groups(todo):
-        sharing = ShareStats(off=sharing_blocker(prm) or "")
-    shared = sharing if sharing is not None and not sharing.off else None
+    share = share_prefix and not per_prefix and has_groups(todo)
+    tally = Tally(ShareStats() if share and todo else None)
+    if ray is not None:
+        stream = _scored_on_ray(prm, todo, per_prefix, chunk, share, ray, tally)
+    else:
+        if share and prm is not None:
+            tally.sharing = ShareStats(off=sharing_blocker(prm) or "")
+        shared = tally.sharing if tally.sharing is not None and not tally.sharing.off else None
+        stream = _scored(prm, todo, per_prefix, chunk, shared)
+    start = time.time()
     with progress(total=len(records), initial=len(records) - len(todo), desc=desc,
                   unit="rec") as bar:
-        for rec, scores in _scored(prm, todo, per_prefix, chunk, shared):
+        for rec, scores in stream:
             if kind == "orm":  # one score for the whole solution, read at its end
                 rec.meta["outcome_score"] = scores[-1]
             else:
@@ -160,13 +220,68 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
             if writer is not None:
                 writer.write(rec)
             bar.update(1)
+    seconds = tally.span() if ray is not None else time.time() - start
     if writer is not None:
         writer.close(order=[r.id for r in records])
-    truncated = prm.stats.truncated_solutions if prm is not None else 0
+    truncated = tally.truncated if ray is not None else \
+        (prm.stats.truncated_solutions if prm is not None else 0)
     if truncated:
         print(f"warning: {truncated} solutions were longer than the model allows; their last "
               f"steps have null scores", file=sys.stderr)
-    return ScoreResult(prm, len(records) - len(todo), truncated, sharing)
+    described = tally.described if ray is not None else (describe(prm) if prm is not None else None)
+    return ScoreResult(prm, len(records) - len(todo), truncated, tally.sharing, described, seconds)
+
+
+@dataclass
+class Tally:
+    """What Ray workers report beside their records: prefix sharing, cut solutions, the PRM."""
+
+    sharing: Any = None
+    truncated: int = 0
+    described: dict[str, Any] | None = None
+    times: list[float] = dataclasses.field(default_factory=list)   # batches' starts and ends
+
+    def add(self, note: dict[str, Any]) -> None:
+        self.times += note["times"]
+        self.truncated += note["truncated"]
+        self.described = self.described or note["described"]
+        if self.sharing is not None and note["sharing"] is not None:
+            self.sharing.add(note["sharing"])
+
+    def span(self) -> float:
+        """Seconds from the first batch's start on a worker to the last one's end (one clock
+        on one machine; on a cluster, as far as the nodes' clocks agree)."""
+        return max(self.times) - min(self.times) if self.times else 0.0
+
+
+def score_batch(records: list[Record], prm: Any, per_prefix: bool = False,
+                share: bool = False) -> Any:
+    """A Ray worker's work (:mod:`prmkit.distributed`): the records of one batch with their
+    ``step_scores`` as they finish, scored as one chunk (the batch is one of :func:`batches`),
+    then a note for :class:`Tally`."""
+    from prmkit.models.sharing.prefix import ShareStats, has_groups, sharing_blocker
+
+    sharing = ShareStats(off=sharing_blocker(prm) or "") if share and has_groups(records) else None
+    before, start = prm.stats.truncated_solutions, time.time()
+    for rec, scores in _scored(prm, records, per_prefix, len(records),
+                               sharing if sharing is not None and not sharing.off else None):
+        rec.step_scores = scores
+        yield rec
+    yield {"truncated": prm.stats.truncated_solutions - before, "sharing": sharing,
+           "described": describe(prm), "times": [start, time.time()]}
+
+
+def _scored_on_ray(make_prm: Any, todo: list[Record], per_prefix: bool, chunk: int | None,
+                   share: bool, ray: Any, tally: Tally) -> Any:
+    """(record, scores) as Ray workers finish them (:func:`score_batch` on :func:`batches`)."""
+    if not todo:
+        return
+    from prmkit.distributed import ray_stream
+
+    given = {r.id: r for r in todo}
+    work = functools.partial(score_batch, per_prefix=per_prefix, share=share)
+    for rec in ray_stream(make_prm, work, batches(todo, chunk or 64, share), ray, tally.add):
+        yield given[rec.id], rec.step_scores
 
 
 def _scored(prm: Any, todo: list[Record], per_prefix: bool, chunk: int | None,
@@ -177,7 +292,7 @@ def _scored(prm: Any, todo: list[Record], per_prefix: bool, chunk: int | None,
     if sharing is not None:
         from prmkit.models.sharing.prefix import score_shared
 
-        for part in group_chunks(todo, chunk or 256):
+        for part in batches(todo, chunk or 256, True):
             yield from zip(part, score_shared(prm, [r.problem for r in part], [r.steps for r in part],
                                               [r.group for r in part], sharing))
         return
@@ -186,14 +301,20 @@ def _scored(prm: Any, todo: list[Record], per_prefix: bool, chunk: int | None,
         for i, scores in prm.score_iter([r.problem for r in todo], [r.steps for r in todo]):
             yield todo[i], scores
         return
-    # longest first across the whole file, so batches are tight; written chunk by chunk
-    order = sorted(todo, key=lambda r: -sum(len(s) for s in r.steps) - len(r.problem))
-    step = chunk or len(order)
-    for start in range(0, len(order), step):
-        part = order[start:start + step]
-        problems, steps = [r.problem for r in part], [r.steps for r in part]
-        score: Callable[..., Any] = prm.score_per_prefix if per_prefix else prm.score
-        yield from zip(part, score(problems, steps))
+    score: Callable[..., Any] = prm.score_per_prefix if per_prefix else prm.score
+    for part in batches(todo, chunk, False):
+        yield from zip(part, score([r.problem for r in part], [r.steps for r in part]))
+
+
+def batches(records: Sequence[Record], chunk: int | None, groups: bool) -> list[list[Record]]:
+    """The chunks ``records`` are scored in: whole groups (:func:`group_chunks`) when
+    ``groups``, else longest first across the whole file (tight batches), ``chunk`` at a time
+    (all at once when None)."""
+    if groups:
+        return group_chunks(records, chunk or 256)
+    order = sorted(records, key=lambda r: -sum(len(s) for s in r.steps) - len(r.problem))
+    step = chunk or len(order) or 1
+    return [order[start:start + step] for start in range(0, len(order), step)]
 
 
 def group_chunks(records: Sequence[Record], chunk: int) -> list[list[Record]]:

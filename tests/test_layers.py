@@ -18,7 +18,7 @@ LAYERS = [
     ("models: sharing", ["prmkit.models.sharing"]),
     ("models: opening and export", ["prmkit.models.load", "prmkit.models.export",
                                     "prmkit.models"]),
-    ("jobs", ["prmkit.scoring", "prmkit.select", "prmkit.realdata", "prmkit.generate",
+    ("jobs", ["prmkit.distributed", "prmkit.scoring", "prmkit.select", "prmkit.realdata", "prmkit.generate",
               "prmkit.label", "prmkit.search", "prmkit.train", "prmkit.evaluate",
               "prmkit.report", "prmkit.serve", "prmkit.rl", "prmkit.lab"]),
     ("command line", ["prmkit.cliutil", "prmkit.cli", "prmkit"]),

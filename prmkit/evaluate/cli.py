@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any
 
-from prmkit.cliutil import AGGREGATE_CHOICES, Formatter, add_model_run_options
+from prmkit.cliutil import AGGREGATE_CHOICES, Formatter, add_model_run_options, add_scale_options
 from prmkit.errors import PrmkitError
 
 
@@ -321,3 +321,4 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
                         "rerunning the same command after a kill resumes there. Default: the "
                         "--output name with .scores.jsonl instead of .json. FILE can be given "
                         "to --predictions or `prmkit report` later")
+    add_scale_options(p)

@@ -145,22 +145,28 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
     ``share_prefix``: records of one group are scored on their shared prefix
     (:mod:`prmkit.models.sharing.prefix`); what it computed and saved is recorded and printed.
     """
-    from prmkit.models.load import load_prm
+    import functools
+
+    from prmkit.distributed import ray_config
     from prmkit.models.reading import HFConfig
     from prmkit.models.sharing.prefix import has_groups
-    from prmkit.scoring import score_records, score_settings
+    from prmkit.scoring import open_scorer, score_records, score_settings
 
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
-    prm = load_prm(args.model, args.format, config)
+    ray = ray_config(args)
+    prm = functools.partial(open_scorer, getattr(args, "backend", "hf"), args.model, None, args.format, config)
+    if ray is None:
+        prm = prm()    # here, before any output (Ray workers open it themselves)
     share_prefix = share_prefix and has_groups(records)
     result = score_records(records, prm, args.save_scores, chunk=None, desc=desc,
-                           share_prefix=share_prefix,
+                           share_prefix=share_prefix, ray=ray,
                            settings=score_settings(args.model, args.format, config,
-                                                   share_prefix=share_prefix))
-    dtype = str(next(prm.model.parameters()).dtype).replace("torch.", "")
-    info = {"name": args.model, "format": prm.format.name, "dtype": dtype, "device": args.device,
-            "truncated_solutions": prm.stats.truncated_solutions}
+                                                   share_prefix=share_prefix,
+                                                   backend=getattr(args, "backend", "hf")))
+    described = result.described or {"format": args.format, "dtype": None}
+    info = {"name": args.model, **described, "device": args.device,
+            "truncated_solutions": result.truncated}
     if result.sharing is not None:
         print(result.sharing.summary(), file=sys.stderr)
         info["prefix_sharing"] = {k: getattr(result.sharing, k) for k in

@@ -7,7 +7,7 @@
 
 ``mc`` and ``judge`` are long jobs: they show progress, append each record to OUT.partial as it
 is finished (fsynced), and a rerun of the same command resumes there. With ``--ray`` the
-records are spread over Ray workers (:mod:`prmkit.label.distributed`).
+records are spread over Ray workers (:mod:`prmkit.distributed`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import functools
 import sys
 from typing import Any, Callable, Iterable, Iterator
 
-from prmkit.cliutil import Formatter
+from prmkit.cliutil import Formatter, add_config_options
 from prmkit.errors import PrmkitError, RecordError
 from prmkit.label.job import Labeler
 from prmkit.formats.detect import read_records
@@ -39,20 +39,14 @@ def add_label(sub: Any) -> None:
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
+    from prmkit.distributed import RayConfig
     from prmkit.generate.cli import add_policy_options
 
     p.add_argument("--input", required=True, help="solutions to label (prmkit JSONL)")
     p.add_argument("--output", required=True, help="where to write the labelled records")
     p.add_argument("--limit", type=int, default=None, help="only the first N records")
     add_policy_options(p)
-    p.add_argument("--ray", default=None, metavar="ADDRESS",
-                   help="spread records over Ray workers: auto (the cluster running on this "
-                        "machine), local (a private instance) or a cluster address")
-    p.add_argument("--workers", type=int, default=2,
-                   help="--ray: workers, each loading the model once")
-    p.add_argument("--worker-cpus", type=float, default=1.0, help="--ray: CPUs each worker reserves")
-    p.add_argument("--worker-gpus", type=float, default=0.0,
-                   help="--ray: GPUs each worker reserves (1 = one worker per GPU)")
+    add_config_options(p, RayConfig, mark_optional=False)
     p.add_argument("--no-resume", action="store_true",
                    help="ignore OUT.partial from an earlier run and start again")
 
