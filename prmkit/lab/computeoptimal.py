@@ -39,7 +39,7 @@ from prmkit.lab.stages import Printer, prepare, stage, stage_json
 
 STAGES_VERSION = 1
 METHODS = ("beam", "dvts", "mcts")
-POOL_CHUNK = 50          # problems per best-of-N pool file
+CHUNK = 50               # problems per file of the oracle's samples and of the pool
 
 
 @dataclass
@@ -63,7 +63,7 @@ class ComputeOptimalConfig:
     rollouts: int = field(default=4, metadata={"help": "Monte Carlo rollouts per labelled step"})
     probe_n: int = field(default=4, metadata={
         "help": "samples per problem of the difficulty probe (charged to compute-optimal)"})
-    pool: int = field(default=256, metadata={
+    pool: int = field(default=128, metadata={
         "help": "best-of-N samples per problem; best-of-n is exact for every n up to it, and "
                 "E(n) is capped at pool / n"})
     budgets: str = field(default="4,8,16,32,64,128", metadata={
@@ -126,7 +126,10 @@ def run(config: ComputeOptimalConfig) -> int:
     say = Printer()
     say(f"prmkit lab compute-optimal: seed {config.seed}; files in {out}/")
     lab = Lab(config)
-    oracle = stage_json(out, "oracle.json", lambda: lab.oracle())
+    chunks = range(0, config.problems, CHUNK)
+    parallel(config, [("oracle", k, 0, 0) for k in chunks])
+    oracle = {"pass1": {p: v for k in chunks
+                        for p, v in read_json(out, f"oracle_{k}.json")["pass1"].items()}}
     say.stage(1, f"{config.problems} problems of {config.min_steps}-{config.max_steps} "
                  f"operations; oracle pass@1 over {config.oracle_samples} samples: mean "
                  f"{100 * sum(oracle['pass1'].values()) / config.problems:.1f}%")
@@ -134,7 +137,6 @@ def run(config: ComputeOptimalConfig) -> int:
     probe = stage_json(out, "probe.json", lambda: lab.probe(prm))
     say.stage(3, f"probe: {config.probe_n} samples per problem, "
                  f"{sum(probe['tokens'].values()) / config.problems:.0f} tokens per problem")
-    chunks = range(0, config.problems, POOL_CHUNK)
     parallel(config, [("pool", k, 0, 0) for k in chunks])
     pool = merge_pool([read_json(out, f"pool_{k}.json") for k in chunks])
     say.stage(4, f"best-of-N pool: {config.pool} samples per problem, "
@@ -170,17 +172,20 @@ class Lab:
         self.train = make_problems(LabConfig(n=config.train_problems, seed=config.seed + 1000,
                                              **lab))
         self.max_depth = config.max_steps + 3
+        self.ngram: Any = None          # the trained PRM, once a worker has loaded it
 
-    def oracle(self) -> dict[str, Any]:
+    def oracle(self, at: int) -> dict[str, Any]:
+        """Problems ``at`` .. ``at + CHUNK``: the share of right samples (pass@1)."""
         from prmkit.lab.demo import candidates_of
 
-        recs = candidates_of(self.problems_as_records(), self.config.oracle_samples,
+        mine = self.problems_as_records()[at:at + CHUNK]
+        recs = candidates_of(mine, self.config.oracle_samples,
                              self.policy, self.prompter, self.config.lab_policy,
                              self.config.seed + 3)
         right: dict[str, int] = {}
         for r in recs:
             right[r.group] = right.get(r.group, 0) + bool(r.is_correct)
-        return {"pass1": {p: right.get(p, 0) / self.config.oracle_samples for p in self.pids}}
+        return {"pass1": {p.id: right.get(p.id, 0) / self.config.oracle_samples for p in mine}}
 
     def problems_as_records(self) -> list[Any]:
         from prmkit.records import Record
@@ -225,13 +230,13 @@ class Lab:
         return {"difficulty": values, "tokens": tokens}
 
     def pool(self, prm: Any, at: int) -> dict[str, Any]:
-        """Problems ``at`` .. ``at + POOL_CHUNK``, in sample order: the PRM's pick score,
+        """Problems ``at`` .. ``at + CHUNK``, in sample order: the PRM's pick score,
         correctness and tokens of each best-of-N sample."""
         from prmkit.search.best_of_n import best_of_n
 
         out: dict[str, Any] = {"score": {}, "correct": {}, "tokens": {}}
         config = self.config_for(self.config.pool, self.config.seed + 2)
-        result = best_of_n(self.problems[at:at + POOL_CHUNK], self.policy, self.prompter, prm,
+        result = best_of_n(self.problems[at:at + CHUNK], self.policy, self.prompter, prm,
                            config)
         for r in sorted(result.records, key=lambda r: r.meta["sample"]):
             out["score"].setdefault(r.group, []).append(round(r.meta["value"], 9))
@@ -267,7 +272,7 @@ def cell_file(name: str, m: int, n: int) -> str:
 
 
 def job_file(job: tuple[str, int, int, int]) -> str:
-    return f"pool_{job[1]}.json" if job[0] == "pool" else cell_file(*job[:3])
+    return f"{job[0]}_{job[1]}.json" if job[0] in ("oracle", "pool") else cell_file(*job[:3])
 
 
 def parallel(config: ComputeOptimalConfig, jobs: list[tuple[str, int, int, int]]) -> None:
@@ -287,22 +292,28 @@ def parallel(config: ComputeOptimalConfig, jobs: list[tuple[str, int, int, int]]
             pass
 
 
-_LABS: dict[str, tuple[Lab, Any]] = {}
+_LABS: dict[str, Lab] = {}
 
 
 def run_job(config: ComputeOptimalConfig, job: tuple[str, int, int, int]) -> None:
-    """One pool chunk (``("pool", at, 0, 0)``) or one search cell (``(method, m, n, tokens)``)."""
+    """One chunk of the oracle's samples (``("oracle", at, 0, 0)``) or of the pool
+    (``("pool", at, 0, 0)``), or one search cell (``(method, m, n, budget_tokens)``)."""
     from prmkit.lab.ngramprm import NgramPRM
 
     key = repr(asdict(config))
     if key not in _LABS:
         _LABS.clear()
-        _LABS[key] = (Lab(config), NgramPRM.load(os.path.join(config.output, "prm.json")))
-    lab, prm = _LABS[key]
+        _LABS[key] = Lab(config)
+    lab = _LABS[key]
+    if job[0] == "oracle":
+        stage_json(config.output, job_file(job), lambda: lab.oracle(job[1]))
+        return
+    if lab.ngram is None:
+        lab.ngram = NgramPRM.load(os.path.join(config.output, "prm.json"))
     if job[0] == "pool":
-        stage_json(config.output, job_file(job), lambda: lab.pool(prm, job[1]))
+        stage_json(config.output, job_file(job), lambda: lab.pool(lab.ngram, job[1]))
     else:
-        stage_json(config.output, job_file(job), lambda: lab.search(prm, *job))
+        stage_json(config.output, job_file(job), lambda: lab.search(lab.ngram, *job))
 
 
 def read_json(out: str, name: str) -> dict[str, Any]:
