@@ -172,27 +172,30 @@ TINY = ["--problems", "10", "--oracle-samples", "4", "--train-problems", "8", "-
         "--max-steps", "4"]
 
 
-def _run(out, wait=True):
+def _run(out):
     cmd = [sys.executable, "-m", "prmkit.cli", "lab", "compute-optimal", "--output", str(out)]
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    if wait:
-        return subprocess.run(cmd + TINY, capture_output=True, text=True, env=env, timeout=300)
     return subprocess.Popen(cmd + TINY, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env)
 
 
-def test_command_writes_claims_and_resumes_after_a_kill(tmp_path):
-    whole = _run(tmp_path / "whole")
-    assert whole.returncode == 0, whole.stderr
+def test_command_writes_claims_and_resumes_after_a_kill(tmp_path, capsys):
+    from prmkit.cli import build_parser
+
+    args = build_parser().parse_args(["lab", "compute-optimal", "--output",
+                                      str(tmp_path / "whole")] + TINY)
+    assert args.run(args) == 0
+    printed = capsys.readouterr().out
     summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
     for name in ("efficiency_vs_best_of_n", "difficulty_beats_best_single"):
         c = summary["claims"][name]
         assert isinstance(c["holds"], bool) and c["ci95"][0] <= c["difference"] <= c["ci95"][1]
+    assert 0.5 < summary["prm"]["step_auc"] <= 1.0
     assert (tmp_path / "whole" / "report.html").stat().st_size > 1000
     for k in range(1, 7):
         assert any(line.startswith(f"{k}. ") and line.endswith(" s]")
-                   for line in whole.stdout.splitlines()), k
-    proc = _run(tmp_path / "killed", wait=False)
+                   for line in printed.splitlines()), k
+    proc = _run(tmp_path / "killed")
     for line in proc.stdout:
         if line.startswith("2. "):          # the PRM is written; probe, pool, searches not yet
             proc.kill()
@@ -200,8 +203,9 @@ def test_command_writes_claims_and_resumes_after_a_kill(tmp_path):
     proc.wait()
     assert not (tmp_path / "killed" / "summary.json").exists()
     again = _run(tmp_path / "killed")
-    assert again.returncode == 0, again.stderr
-    assert "resuming" in again.stdout
+    text = again.communicate(timeout=300)[0]
+    assert again.returncode == 0, text
+    assert "resuming" in text
     resumed = json.loads((tmp_path / "killed" / "summary.json").read_text())
     assert resumed["claims"] == summary["claims"]
     assert resumed["difficulty"] == summary["difficulty"]

@@ -134,6 +134,7 @@ def run(config: ComputeOptimalConfig) -> int:
                  f"operations; oracle pass@1 over {config.oracle_samples} samples: mean "
                  f"{100 * sum(oracle['pass1'].values()) / config.problems:.1f}%")
     prm = lab.prm(say)
+    quality = stage_json(out, "prm_quality.json", lambda: lab.prm_quality(prm))
     probe = stage_json(out, "probe.json", lambda: lab.probe(prm))
     say.stage(3, f"probe: {config.probe_n} samples per problem, "
                  f"{sum(probe['tokens'].values()) / config.problems:.0f} tokens per problem")
@@ -148,7 +149,7 @@ def run(config: ComputeOptimalConfig) -> int:
              for name, m, n, _ in jobs}
     say.stage(5, f"search: {len(cells)} runs of {', '.join(config.methods.split(','))} at "
                  f"budgets {config.budgets}, {config.workers} worker(s)")
-    summary = cosummary.finish(config, lab.pids, oracle, probe, pool, cells, out)
+    summary = cosummary.finish(config, lab.pids, oracle, probe, pool, cells, out, quality)
     say.stage(6, f"figures and {config.resamples} bootstrap resamples")
     for line in cosummary.lines(summary):
         say(line)
@@ -213,6 +214,18 @@ class Lab:
                      f"{self.config.train_n} training candidates (Monte Carlo labels, K="
                      f"{self.config.rollouts})")
         return prm
+
+    def prm_quality(self, prm: Any, problems: int = 100, n: int = 8) -> dict[str, Any]:
+        """The PRM on ``n`` candidates of ``problems`` held-out problems (another seed)."""
+        from prmkit.lab import LabConfig, make_problems
+        from prmkit.lab.cosummary import prm_quality
+        from prmkit.lab.demo import candidates_of
+
+        c = self.config
+        held = make_problems(LabConfig(n=problems, seed=c.seed + 2000, min_steps=c.min_steps,
+                                       max_steps=c.max_steps))
+        return prm_quality(prm, candidates_of(held, n, self.policy, self.prompter, c.lab_policy,
+                                              c.seed + 4))
 
     def config_for(self, n: int, seed: int, **more: Any) -> Any:
         from prmkit.search.mcts import MCTSConfig

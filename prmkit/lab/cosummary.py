@@ -61,6 +61,38 @@ def build_data(config: Any, pids: list[str], oracle: Mapping[str, Any], probe: M
                  "predicted": np.array([predicted[p] for p in pids])})
 
 
+def prm_quality(prm: Any, records: list[Any]) -> dict[str, Any]:
+    """How well the trained PRM reads held-out lab candidates against their gold labels: the
+    step AUC of its scores, and the AUC of its hazard separating the right steps before a
+    first error from the first errors, split into wrong calculations (the calculator flags
+    the step) and the rest (a wrong operation or a wrong number carried on)."""
+    from prmkit.calculator import annotate
+    from prmkit.evaluate.stepwise import auc
+    from prmkit.lab.world import gold_labels
+
+    scores, labels = [], []
+    right, calc, other = [], [], []
+    for r in records:
+        gold = gold_labels(r.problem, r.steps)
+        scores += prm.score([r.problem], [r.steps])[0]
+        labels += [bool(x) for x in gold]
+        for step, label in zip(r.steps, gold):
+            if label:
+                right.append(prm.hazard(step))
+                continue
+            (calc if annotate(step) != step else other).append(prm.hazard(step))
+            break
+
+    def split(wrong: list[float]) -> float | None:
+        value = auc(right + wrong, [True] * len(right) + [False] * len(wrong))
+        return None if value is None else round(value, 4)
+
+    step = auc(scores, labels)
+    return {"candidates": len(records), "step_auc": None if step is None else round(step, 4),
+            "first_error_auc_calculation": split(calc), "first_errors_calculation": len(calc),
+            "first_error_auc_other": split(other), "first_errors_other": len(other)}
+
+
 def per_bin(data: Data, binning: str) -> list[dict[str, Any]]:
     """Per budget and bin, every strategy's accuracy on all problems and the one chosen."""
     bins = data.bins[binning]
@@ -95,8 +127,8 @@ def claims(point: dict[str, list], boots: list[dict[str, list]]) -> dict[str, An
 
 
 def finish(config: Any, pids: list[str], oracle: Mapping[str, Any], probe: Mapping[str, Any],
-           pool: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]], out: str
-           ) -> dict[str, Any]:
+           pool: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]], out: str,
+           prm: Mapping[str, Any]) -> dict[str, Any]:
     """Figures, intervals and claims; ``summary.json`` and ``report.html`` in ``out``."""
     data = build_data(config, pids, oracle, probe, pool, cells)
     results: dict[str, Any] = {}
@@ -110,6 +142,10 @@ def finish(config: Any, pids: list[str], oracle: Mapping[str, Any], probe: Mappi
     summary = {
         "config": asdict(config),
         "claims": claims(results["predicted"]["point"], results["predicted"]["boots"]),
+        "prm": dict(prm),
+        "oracle_pass1_per_bin": [round(float(np.mean([oracle["pass1"][p] for p, b in
+                                                       zip(pids, data.bins["oracle"]) if b == k])), 4)
+                                 for k in range(config.bins)],
         "budgets": config.grid(),
         "strategies": {b.n: b.names for b in data.budgets},
         "accuracy": {b.n: {name: round(float(a.mean()), 4) for name, a in zip(b.names, b.acc)}
@@ -136,7 +172,12 @@ def lines(summary: Mapping[str, Any]) -> list[str]:
     """The printed summary: the claims, then compute-optimal per budget."""
     c = summary["claims"]
     e, d = c["efficiency_vs_best_of_n"], c["difficulty_beats_best_single"]
-    out = [f"efficiency_vs_best_of_n: {'YES' if e['holds'] else 'NO'}: E = {e['difference']:.2f}"
+    q = summary["prm"]
+    out = [f"the trained PRM on {q['candidates']} held-out candidates: step AUC {q['step_auc']}; "
+           f"first errors against the right steps before them: wrong calculations AUC "
+           f"{q['first_error_auc_calculation']} ({q['first_errors_calculation']}), other errors "
+           f"AUC {q['first_error_auc_other']} ({q['first_errors_other']})"]
+    out += [f"efficiency_vs_best_of_n: {'YES' if e['holds'] else 'NO'}: E = {e['difference']:.2f}"
            f"{' (censored: at least)' if e['censored'] else ''} at n = {e['budget']}, 95% CI "
            f"[{e['ci95'][0]:.2f}, {e['ci95'][1]:.2f}]; Snell et al.: up to {e['paper']:.0f}x, "
            f"{'outside' if e['interval_excludes_paper'] else 'inside'} the interval",
