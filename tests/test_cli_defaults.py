@@ -33,6 +33,7 @@ def _fields(cls):
 def _configs():
     from prmkit.formats import ConvertOptions
     from prmkit.generate.run import GenerateConfig
+    from prmkit.lab.computeoptimal import ComputeOptimalConfig
     from prmkit.models.reading import HFConfig
     from prmkit.rl.grpo import RLConfig
     from prmkit.search.base import SearchConfig
@@ -51,6 +52,7 @@ def _configs():
         ("serve", ServeConfig, {}), ("generate", GenerateConfig, {"chunk": None}),
         ("score", HFConfig, {}), ("eval processbench", HFConfig, {}),
         ("eval prmbench", HFConfig, {}), ("eval bestofn", HFConfig, {}),
+        ("lab compute-optimal", ComputeOptimalConfig, {}),
         # convert writes the numbers as words: 1 -> "1", None -> "null"
         ("convert", ConvertOptions, {"prm800k_neutral": "1", "prmbench_later_steps": "null"}),
     ]

@@ -39,6 +39,7 @@ def add_lab(sub: Any) -> None:
     gold.add_argument("--output", required=True, help="the records with gold labels and first_error")
     gold.set_defaults(run=_run_gold)
     _add_rl(lab)
+    _add_compute_optimal(lab)
     p.set_defaults(run=lambda args: (p.print_help(), 2)[1])
 
 
@@ -81,3 +82,21 @@ def _add_rl(lab: Any) -> None:
                        formatter_class=Formatter)
     add_config_options(p, rl.LabRLConfig)
     p.set_defaults(run=lambda args: rl.run(config_from_args(rl.LabRLConfig, args)))
+
+
+def _add_compute_optimal(lab: Any) -> None:
+    from prmkit.cliutil import Formatter, add_config_options
+    from prmkit.lab import computeoptimal
+
+    p = lab.add_parser("compute-optimal", help="compute-optimal search by difficulty against "
+                       "best-of-N (Snell et al. 2024), measured", formatter_class=Formatter,
+                       description=computeoptimal.__doc__)
+    add_config_options(p, computeoptimal.ComputeOptimalConfig)
+    p.set_defaults(run=_run_compute_optimal)
+
+
+def _run_compute_optimal(args: argparse.Namespace) -> int:
+    from prmkit.cliutil import config_from_args
+    from prmkit.lab import computeoptimal
+
+    return computeoptimal.run(config_from_args(computeoptimal.ComputeOptimalConfig, args))
