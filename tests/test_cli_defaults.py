@@ -32,6 +32,7 @@ def _fields(cls):
 
 def _configs():
     from prmkit.formats import ConvertOptions
+    from prmkit.lab.traceerror import TraceErrorConfig
     from prmkit.generate.run import GenerateConfig
     from prmkit.models.reading import HFConfig
     from prmkit.rl.grpo import RLConfig
@@ -49,6 +50,7 @@ def _configs():
         ("train implicit-prm", ImplicitTrainConfig, {}), ("rl", RLConfig, {}),
         ("search", SearchConfig, {}), ("search", BeamConfig, {}), ("search", MCTSConfig, {}),
         ("serve", ServeConfig, {}), ("generate", GenerateConfig, {"chunk": None}),
+        ("lab trace-error", TraceErrorConfig, {}),
         ("score", HFConfig, {}), ("eval processbench", HFConfig, {}),
         ("eval prmbench", HFConfig, {}), ("eval bestofn", HFConfig, {}),
         # convert writes the numbers as words: 1 -> "1", None -> "null"

@@ -38,7 +38,21 @@ def add_lab(sub: Any) -> None:
     gold.add_argument("--input", required=True, help="records whose problems are lab problems")
     gold.add_argument("--output", required=True, help="the records with gold labels and first_error")
     gold.set_defaults(run=_run_gold)
+    _add_experiments(lab)
     p.set_defaults(run=lambda args: (p.print_help(), 2)[1])
+
+
+def _add_experiments(lab: Any) -> None:
+    """The lab's supervision experiments, each a resumable job with its claims."""
+    from prmkit.cliutil import Formatter, add_config_options, config_from_args
+    from prmkit.lab import traceerror
+
+    te = lab.add_parser("trace-error", help="process against outcome supervision: trace errors "
+                        "(Uesato et al. 2022)", description=traceerror.__doc__,
+                        formatter_class=Formatter)
+    add_config_options(te, traceerror.TraceErrorConfig)
+    te.set_defaults(run=lambda args: traceerror.run(
+        config_from_args(traceerror.TraceErrorConfig, args)))
 
 
 def _run_problems(args: argparse.Namespace) -> int:
