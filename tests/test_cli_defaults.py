@@ -32,6 +32,7 @@ def _fields(cls):
 
 def _configs():
     from prmkit.formats import ConvertOptions
+    from prmkit.lab.activelearning import ActiveLearningConfig
     from prmkit.lab.traceerror import TraceErrorConfig
     from prmkit.generate.run import GenerateConfig
     from prmkit.models.reading import HFConfig
@@ -51,6 +52,7 @@ def _configs():
         ("search", SearchConfig, {}), ("search", BeamConfig, {}), ("search", MCTSConfig, {}),
         ("serve", ServeConfig, {}), ("generate", GenerateConfig, {"chunk": None}),
         ("lab trace-error", TraceErrorConfig, {}),
+        ("lab active-learning", ActiveLearningConfig, {}),
         ("score", HFConfig, {}), ("eval processbench", HFConfig, {}),
         ("eval prmbench", HFConfig, {}), ("eval bestofn", HFConfig, {}),
         # convert writes the numbers as words: 1 -> "1", None -> "null"

@@ -45,7 +45,7 @@ def add_lab(sub: Any) -> None:
 def _add_experiments(lab: Any) -> None:
     """The lab's supervision experiments, each a resumable job with its claims."""
     from prmkit.cliutil import Formatter, add_config_options, config_from_args
-    from prmkit.lab import traceerror
+    from prmkit.lab import activelearning, traceerror
 
     te = lab.add_parser("trace-error", help="process against outcome supervision: trace errors "
                         "(Uesato et al. 2022)", description=traceerror.__doc__,
@@ -53,6 +53,12 @@ def _add_experiments(lab: Any) -> None:
     add_config_options(te, traceerror.TraceErrorConfig)
     te.set_defaults(run=lambda args: traceerror.run(
         config_from_args(traceerror.TraceErrorConfig, args)))
+    al = lab.add_parser("active-learning", help="label efficiency of convincing wrong answers "
+                        "(Lightman et al. 2023)", description=activelearning.__doc__,
+                        formatter_class=Formatter)
+    add_config_options(al, activelearning.ActiveLearningConfig)
+    al.set_defaults(run=lambda args: activelearning.run(
+        config_from_args(activelearning.ActiveLearningConfig, args)))
 
 
 def _run_problems(args: argparse.Namespace) -> int:
