@@ -32,6 +32,8 @@ def _fields(cls):
 
 def _configs():
     from prmkit.formats import ConvertOptions
+    from prmkit.lab.activelearning import ActiveLearningConfig
+    from prmkit.lab.traceerror import TraceErrorConfig
     from prmkit.generate.run import GenerateConfig
     from prmkit.lab.computeoptimal import ComputeOptimalConfig
     from prmkit.models.reading import HFConfig
@@ -50,6 +52,8 @@ def _configs():
         ("train implicit-prm", ImplicitTrainConfig, {}), ("rl", RLConfig, {}),
         ("search", SearchConfig, {}), ("search", BeamConfig, {}), ("search", MCTSConfig, {}),
         ("serve", ServeConfig, {}), ("generate", GenerateConfig, {"chunk": None}),
+        ("lab trace-error", TraceErrorConfig, {}),
+        ("lab active-learning", ActiveLearningConfig, {}),
         ("score", HFConfig, {}), ("eval processbench", HFConfig, {}),
         ("eval prmbench", HFConfig, {}), ("eval bestofn", HFConfig, {}),
         ("lab compute-optimal", ComputeOptimalConfig, {}),

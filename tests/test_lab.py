@@ -119,7 +119,7 @@ def test_policy_sampling_rules():
     assert len({c.text for c in a}) > 1
     greedy = pol.generate([prompt], n=4, temperature=0, seed=1)[0]
     assert {c.text for c in greedy} == {"\n".join(reference_steps(MIA))}
-    for bad in ("lab:x", "lab:0.1:2", "lab:0.1:0:0", "lab:1.5"):
+    for bad in ("lab:x", "lab:0.1:2", "lab:0.1:0:0:0", "lab:0.1:0:2", "lab:1.5"):
         with pytest.raises(PrmkitError, match="lab"):
             load_lab_policy(bad)
     with pytest.raises(PrmkitError, match="not a lab problem"):

@@ -11,18 +11,20 @@ __all__ = ["LAB_STYLE", "GoldPRM", "LabConfig", "LabPolicy", "LabPolicyConfig", 
 
 
 def load_lab_policy(name: str = "lab"):
-    """``(LabPolicy, its prompter)`` for a policy name ``lab``, ``lab:SLIP`` or
-    ``lab:SLIP:CONFUSE`` (e.g. ``lab:0.2:0``; see :class:`LabPolicyConfig`)."""
+    """``(LabPolicy, its prompter)`` for a policy name ``lab``, ``lab:SLIP``,
+    ``lab:SLIP:CONFUSE`` or ``lab:SLIP:CONFUSE:RECOVER`` (e.g. ``lab:0.2:0``; see
+    :class:`LabPolicyConfig`)."""
     from prmkit.errors import PrmkitError
 
     parts = name.split(":")[1:]
     try:
-        if len(parts) > 2:
+        if len(parts) > 3:
             raise ValueError
-        values = dict(zip(("slip", "confuse"), (float(x) for x in parts)))
+        values = dict(zip(("slip", "confuse", "recover"), (float(x) for x in parts)))
         config = LabPolicyConfig(**values)
     except (ValueError, PrmkitError):
-        raise PrmkitError(f"policy {name!r}: write lab, lab:SLIP or lab:SLIP:CONFUSE, with SLIP "
-                          f"in [0, 1) and CONFUSE in [0, 1]") from None
+        raise PrmkitError(f"policy {name!r}: write lab, lab:SLIP, lab:SLIP:CONFUSE or "
+                          f"lab:SLIP:CONFUSE:RECOVER, with SLIP in [0, 1) and CONFUSE and "
+                          f"RECOVER in [0, 1]") from None
     policy = LabPolicy(config)
     return policy, policy.prompter

@@ -1,12 +1,20 @@
-"""``prmkit lab``: write lab problems, and label any solutions of lab problems exactly.
+"""``prmkit lab``: the lab world, its exact labels, and the experiments that measure the papers'
+claims in it.
 
     prmkit lab problems --n 50 --min-steps 2 --max-steps 5 --seed 0 --output problems.jsonl
     prmkit lab gold --input candidates.jsonl --output gold.jsonl
+    prmkit lab trace-error --output runs/trace
+    prmkit lab active-learning --output runs/active
+    prmkit lab rl --output runs/rl
+    prmkit lab compute-optimal --output runs/co
 
 ``problems`` writes records like a converted GSM8K file (problem, reference, the reference
 solution as steps), ready for ``prmkit generate``, ``search`` or ``label``. ``gold`` sets exact
 ``labels`` and ``first_error`` on every record (:func:`prmkit.lab.world.gold_labels`); a record
 whose problem is not a lab problem is an error naming its line.
+
+Each experiment is a resumable job that writes ``summary.json`` with its claims (YES or NO, with
+paired 95% bootstrap intervals) and a report; ``docs/lab.md`` lists them.
 """
 
 from __future__ import annotations
@@ -18,29 +26,59 @@ from typing import Any
 
 from prmkit.errors import PrmkitError, RecordError
 
+# (subcommand, module under prmkit.lab, its config class, one line of help)
+EXPERIMENTS = [
+    ("trace-error", "traceerror", "TraceErrorConfig",
+     "process against outcome supervision: trace errors (Uesato et al. 2022)"),
+    ("active-learning", "activelearning", "ActiveLearningConfig",
+     "label efficiency of convincing wrong answers (Lightman et al. 2023)"),
+    ("rl", "rl", "LabRLConfig",
+     "RL with outcome, step and PRM-only rewards on a learnable lab policy (Math-Shepherd; "
+     "reward hacking)"),
+    ("compute-optimal", "computeoptimal", "ComputeOptimalConfig",
+     "compute-optimal search by difficulty against best-of-N (Snell et al. 2024)"),
+]
+
 
 def add_lab(sub: Any) -> None:
+    from prmkit.cliutil import Formatter
     from prmkit.lab.world import LabConfig
 
-    p = sub.add_parser("lab", help="the lab world: synthetic problems with exact step labels",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser("lab", help="the lab world: synthetic problems with exact step labels, "
+                       "and the experiments on the papers' claims", description=__doc__,
+                       formatter_class=Formatter)
+    names = ", ".join(name for name, *_ in EXPERIMENTS)
     lab = p.add_subparsers(dest="lab_command", metavar="LAB_COMMAND",
-                           help="problems (write lab problems) or gold (label solutions exactly)")
+                           help=f"problems, gold, or an experiment: {names}")
     prob = lab.add_parser("problems", help="write lab problems (prmkit JSONL)",
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                          formatter_class=Formatter)
     for f in fields(LabConfig):
         prob.add_argument(f"--{f.name.replace('_', '-')}", type=int, default=f.default,
                           help=f.metadata["help"])
     prob.add_argument("--output", required=True, help="where to write the problems")
     prob.set_defaults(run=_run_problems)
     gold = lab.add_parser("gold", help="label solutions of lab problems with their exact labels",
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                          formatter_class=Formatter)
     gold.add_argument("--input", required=True, help="records whose problems are lab problems")
     gold.add_argument("--output", required=True, help="the records with gold labels and first_error")
     gold.set_defaults(run=_run_gold)
-    _add_rl(lab)
-    _add_compute_optimal(lab)
+    for name, module, config, help in EXPERIMENTS:
+        _add_experiment(lab, name, module, config, help)
     p.set_defaults(run=lambda args: (p.print_help(), 2)[1])
+
+
+def _add_experiment(lab: Any, name: str, module: str, config: str, help: str) -> None:
+    """One experiment: its options from its config dataclass, its description from its module."""
+    import importlib
+
+    from prmkit.cliutil import Formatter, add_config_options, config_from_args
+
+    mod = importlib.import_module(f"prmkit.lab.{module}")
+    cls = getattr(mod, config)
+    p = lab.add_parser(name, help=help, description=getattr(mod, "DESCRIPTION", mod.__doc__),
+                       formatter_class=Formatter)
+    add_config_options(p, cls)
+    p.set_defaults(run=lambda args: mod.run(config_from_args(cls, args)))
 
 
 def _run_problems(args: argparse.Namespace) -> int:
@@ -72,31 +110,3 @@ def _run_gold(args: argparse.Namespace) -> int:
           file=sys.stderr)
     return 0
 
-
-def _add_rl(lab: Any) -> None:
-    from prmkit.cliutil import Formatter, add_config_options, config_from_args
-    from prmkit.lab import rl
-
-    p = lab.add_parser("rl", help="RL with outcome, step and PRM-only rewards on a learnable "
-                       "lab policy: samples to a target, reward hacking", description=rl.DESCRIPTION,
-                       formatter_class=Formatter)
-    add_config_options(p, rl.LabRLConfig)
-    p.set_defaults(run=lambda args: rl.run(config_from_args(rl.LabRLConfig, args)))
-
-
-def _add_compute_optimal(lab: Any) -> None:
-    from prmkit.cliutil import Formatter, add_config_options
-    from prmkit.lab import computeoptimal
-
-    p = lab.add_parser("compute-optimal", help="compute-optimal search by difficulty against "
-                       "best-of-N (Snell et al. 2024), measured", formatter_class=Formatter,
-                       description=computeoptimal.__doc__)
-    add_config_options(p, computeoptimal.ComputeOptimalConfig)
-    p.set_defaults(run=_run_compute_optimal)
-
-
-def _run_compute_optimal(args: argparse.Namespace) -> int:
-    from prmkit.cliutil import config_from_args
-    from prmkit.lab import computeoptimal
-
-    return computeoptimal.run(config_from_args(computeoptimal.ComputeOptimalConfig, args))

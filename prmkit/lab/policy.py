@@ -10,6 +10,12 @@ mistakes, and later steps carry a wrong value on, the way a model carries its ow
 * **slips**: a calculation comes out a little wrong (off by 1, 2 or 10), with probability
   ``slip`` per add/sub step and ``hard_factor`` times that for mul/div. Slips are random, so
   different samples disagree on the wrong answer: majority voting handles them well.
+* **recoveries** (``recover``): after a slip, the next step carries on from the true result of
+  the slipped calculation with this chance, so the wrong step leaves the answer right (Uesato
+  et al. 2022's "trace errors": a right final answer reached through a wrong step). The policy
+  also recovers when it continues a written prefix whose last step slipped (Monte Carlo
+  rollouts, step-wise search), so rollouts see the policy that wrote the solutions. Gold labels
+  still call the slip and every later step wrong.
 * **confusions**: the wrong operation for what the problem says (adding what was given away,
   multiplying instead of dividing). Every problem has one trap operation (chosen from a hash of
   its text) that the policy confuses with a problem-specific chance between 0 and
@@ -26,8 +32,8 @@ So:
   exactly as the Math-Shepherd paper describes (a right step whose rollouts all slip looks wrong);
 * everything else (prompts, stop strings, seeds, token counts, step-wise continuation) follows
   the Generator rules, so ``generate``, ``label``, ``search``, ``train`` and ``eval`` run on it
-  unchanged. It is loaded by name: ``--policy lab``, ``lab:SLIP`` or ``lab:SLIP:CONFUSE`` (for
-example ``lab:0.2:0`` for slips of 0.2 and no confusions).
+  unchanged. It is loaded by name: ``--policy lab``, ``lab:SLIP``, ``lab:SLIP:CONFUSE`` or
+``lab:SLIP:CONFUSE:RECOVER`` (for example ``lab:0.2:0`` for slips of 0.2 and no confusions).
 
 Sampling: sample ``k`` of a prompt draws its slips from its own stream, seeded by
 :func:`prmkit.generate.base.sample_seed`, as every backend does. ``temperature`` scales the slip
@@ -54,7 +60,7 @@ from prmkit.errors import PrmkitError
 from prmkit.generate.base import Completion, check_sampling, check_stop, sample_seed
 from prmkit.generate.fake import FakeGenerator
 from prmkit.generate.prompts import INSTRUCTION, PromptStyle, Prompter
-from prmkit.lab.world import Problem, answer_text, apply, load_problem, step_text
+from prmkit.lab.world import Problem, answer_text, apply, evaluate, load_problem, step_text
 
 LAB_STYLE = PromptStyle(
     name="lab", description="lab world: the instruction, Question: / Answer:, one step per line",
@@ -76,12 +82,16 @@ class LabPolicyConfig:
     confuse: float = field(default=0.6, metadata={
         "help": "the largest chance of confusing a problem's trap operation (each problem gets "
                 "its own chance, uniform in [0, confuse), at temperature 0.7)"})
+    recover: float = field(default=0.0, metadata={
+        "help": "chance that the step after a slip carries on from the slipped calculation's "
+                "true result, so the slip leaves the answer right (0: never)"})
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.slip < 1.0 or self.hard_factor < 0 or not 0.0 <= self.confuse <= 1.0:
-            raise PrmkitError(f"lab policy: slip must be in [0, 1), hard_factor >= 0 and "
-                              f"confuse in [0, 1], got {self.slip}, {self.hard_factor}, "
-                              f"{self.confuse}")
+        if not 0.0 <= self.slip < 1.0 or self.hard_factor < 0 or not 0.0 <= self.confuse <= 1.0 \
+                or not 0.0 <= self.recover <= 1.0:
+            raise PrmkitError(f"lab policy: slip must be in [0, 1), hard_factor >= 0, confuse "
+                              f"and recover in [0, 1], got {self.slip}, {self.hard_factor}, "
+                              f"{self.confuse}, {self.recover}")
 
 
 class LabPolicy:
@@ -130,6 +140,9 @@ class LabPolicy:
         if len(done) > len(problem.ops):
             return ""                     # the answer line is written: the solution is over
         x = carried_value(problem, done)
+        true = slipped_from(done)
+        if true is not None and self.recovers(rng):      # the prefix ends in a slip
+            x = true
         trap, confuse = self.trap(problem)
         lines = []
         for i in range(len(done), len(problem.ops)):
@@ -139,11 +152,19 @@ class LabPolicy:
                 kind = CONFUSED[kind]
             y = apply(kind, x, op.k)
             if rng.random() < self.slip_chance(kind):
-                y = slip(rng, y)
+                wrong = slip(rng, y)
+                lines.append(step_text(problem, i, x, wrong, kind))
+                x = y if self.recovers(rng) else wrong
+                continue
             lines.append(step_text(problem, i, x, y, kind))
             x = y
         lines.append(answer_text(x))
         return "\n".join(lines)
+
+    def recovers(self, rng: random.Random) -> bool:
+        """Whether the step after a slip carries on from the true result (no draw at 0, so a
+        policy without recoveries samples as it always did)."""
+        return bool(self.config.recover) and rng.random() < self.config.recover
 
     def _read_prompt(self, prompt: str) -> tuple[Problem, str]:
         head = prompt.rfind("Question: ")
@@ -163,6 +184,22 @@ def carried_value(problem: Problem, steps: Sequence[str]):
             value = Fraction(found[-1])
             return int(value) if value.denominator == 1 else value
     return problem.start
+
+
+def slipped_from(steps: Sequence[str]):
+    """The true result of the last step's calculation when that step slipped (its stated
+    result differs), else None: what a recovering policy carries on from."""
+    if not steps:
+        return None
+    found = re.findall(r"=\s*(" + _NUMBER + ")", steps[-1])
+    m = re.search(r"(" + _NUMBER + r")\s*([-+*/])\s*(" + _NUMBER + r")\s*=\s*(" + _NUMBER + ")",
+                  steps[-1])
+    if not found or m is None:
+        return None
+    true = evaluate(f"{m.group(1)} {m.group(2)} {m.group(3)}")
+    if true is None or abs(float(true) - float(Fraction(m.group(4)))) <= 0.006:
+        return None                 # right, up to the lab's 2-decimal rounding
+    return int(true) if true.denominator == 1 else true
 
 
 def slip(rng: random.Random, y):

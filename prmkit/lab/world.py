@@ -375,3 +375,18 @@ def gold_record(record: Record) -> Record:
     fe = first_error_from_labels([float(x) for x in labels])
     return Record(**{**record.to_dict(), "labels": [float(x) for x in labels],
                      "first_error": -1 if fe is None else fe})
+
+
+def has_wrong_step(record: Record) -> bool:
+    """Whether a solution of a lab problem holds a wrong step by its gold labels."""
+    return 0 in gold_labels(record.problem, record.steps)
+
+
+def trace_error(records: Sequence[Record]) -> float | None:
+    """Uesato et al. 2022's trace error: the fraction of the right-answer solutions among
+    ``records`` that hold a wrong step (gold labels; ``is_correct`` says whether the answer is
+    right). None when no answer is right."""
+    right = [r for r in records if r.is_correct]
+    if not right:
+        return None
+    return sum(has_wrong_step(r) for r in right) / len(right)

@@ -107,3 +107,44 @@ def f1_bars_png(results: dict[str, dict[str, Any]]) -> bytes:
     ax.set_title("first-error F1 by split")
     ax.legend(fontsize=8)
     return _png(fig)
+
+
+def bars_png(groups: Sequence[str], series: dict[str, Sequence[tuple[float, float, float]]],
+             ylabel: str, title: str) -> bytes:
+    """Grouped bars: for each series (a verifier), one bar per group (a setting), each bar a
+    (value, low, high) with its interval as an error bar."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    width = 0.8 / max(1, len(series))
+    for i, (name, bars) in enumerate(series.items()):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        vals = [b[0] for b in bars]
+        err = [[max(0.0, b[0] - b[1]) for b in bars], [max(0.0, b[2] - b[0]) for b in bars]]
+        ax.bar(xs, vals, width, yerr=err, capsize=3, label=name)
+    ax.set_xticks(range(len(groups)), list(groups))
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
+def curves_png(xs: Sequence[float], curves: dict[str, dict[str, Sequence[float]]], xlabel: str,
+               ylabel: str, title: str) -> bytes:
+    """Lines against ``xs`` (log2 axis), each curve ``{"y", "low", "high"}`` with its band
+    shaded, and an optional fitted line ``"fit"`` drawn dashed."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    for name, c in curves.items():
+        line = ax.plot(xs, c["y"], marker="o", label=name)[0]
+        ax.fill_between(xs, c["low"], c["high"], color=line.get_color(), alpha=0.15, linewidth=0)
+        if c.get("fit"):
+            ax.plot(xs, c["fit"], linestyle="--", color=line.get_color(), linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(xs), [f"{x:g}" for x in xs])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return _png(fig)

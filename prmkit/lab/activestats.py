@@ -1,0 +1,186 @@
+"""Label efficiency of active learning, read off fitted learning curves, with its interval.
+
+Lightman et al. 2023 (figure 4) compare learning curves of PRMs trained on uniformly and on
+actively chosen labels, and find active learning about 2.6 times as data-efficient. Here each
+arm's quality q (best-of-N accuracy, in points) is fitted as a line in the log of the labels
+per problem L, one slope b shared by the arms (their curves parallel on a log axis, as in the
+paper's figure):
+
+    q = a_arm + b * log2(L)
+
+so an arm that needs r times fewer labels for every quality sits ``b * log2(r)`` above the
+other, and the **efficiency ratio** is ``r = 2 ** ((a_active - a_uniform) / b)``: the number of
+uniform labels needed for a quality divided by the number of active labels needed for it. With
+the same budgets for both arms, ``a_active - a_uniform`` is the difference of their mean
+qualities and b the pooled within-arm slope (:func:`shared_slope_ratio`). A slope at or below
+0 (curves that do not rise) leaves the ratio undefined.
+
+The interval resamples the test problems and the seeds together (the same draws for both
+arms, so the comparison is paired), refits, and takes the 2.5th and 97.5th percentiles of r.
+The claim ``active_learning_efficiency`` holds when the interval is above 1; a resample whose
+curves do not rise has no ratio, and when more than 2.5% of them have none the claim does not
+hold (an interval whose percentiles miss the point estimate, which skewed resamples can do,
+is widened to include it). The paper's 2.6 is written beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from typing import Any, Sequence
+
+import numpy as np
+
+ARMS = ("uniform", "active", "random-wrong")
+PAPER_RATIO = 2.6
+BOOTSTRAP = 2000
+
+
+def shared_slope_ratio(xs: Sequence[float], active: Sequence[float],
+                       uniform: Sequence[float]) -> float | None:
+    """The efficiency ratio of two curves measured at the same ``xs`` (log2 labels per
+    problem), fitted with one shared slope; None when the slope is not positive."""
+    x = np.asarray(xs, dtype=float)
+    ya, yu = np.asarray(active, dtype=float), np.asarray(uniform, dtype=float)
+    dx = x - x.mean()
+    slope = float((dx @ (ya - ya.mean()) + dx @ (yu - yu.mean())) / (2 * (dx @ dx)))
+    if not slope > 1e-9:
+        return None
+    return float(2.0 ** ((ya.mean() - yu.mean()) / slope))
+
+
+def resampled_quality(acc: np.ndarray, pidx: np.ndarray, sidx: np.ndarray) -> np.ndarray:
+    """The mean quality (points) of each resample: ``acc`` is (seeds, problems) in 0..1,
+    ``pidx`` (B, problems) and ``sidx`` (B, seeds) the resampled indices."""
+    per_seed = acc[:, pidx].mean(axis=-1)                          # (seeds, B)
+    picked = np.take_along_axis(per_seed.T, sidx, axis=1)          # (B, seeds)
+    return 100.0 * picked.mean(axis=1)
+
+
+def efficiency(curves: dict[str, dict[int, np.ndarray]], a: str, b: str, budgets: Sequence[int],
+               seed: int, bootstrap: int = BOOTSTRAP) -> dict[str, Any]:
+    """The ratio of arm ``a`` over arm ``b`` (labels ``b`` needs / labels ``a`` needs), with
+    its bootstrap interval over problems and seeds; ``curves[arm][k]`` is (seeds, problems)."""
+    xs = np.log2(budgets)
+    point = shared_slope_ratio(xs, [100 * curves[a][k].mean() for k in budgets],
+                               [100 * curves[b][k].mean() for k in budgets])
+    seeds, problems = curves[a][budgets[0]].shape
+    rng = np.random.default_rng(seed)
+    pidx = rng.integers(0, problems, size=(bootstrap, problems))
+    sidx = rng.integers(0, seeds, size=(bootstrap, seeds))
+    qa = np.stack([resampled_quality(curves[a][k], pidx, sidx) for k in budgets], axis=1)
+    qb = np.stack([resampled_quality(curves[b][k], pidx, sidx) for k in budgets], axis=1)
+    ratios = [shared_slope_ratio(xs, qa[i], qb[i]) for i in range(bootstrap)]
+    defined = np.array([r for r in ratios if r is not None])
+    undefined = bootstrap - len(defined)
+    lo = round(float(np.percentile(defined, 2.5)), 3) if len(defined) else 0.0
+    hi = round(float(np.percentile(defined, 97.5)), 3) if len(defined) else 0.0
+    diff = round(point, 3) if point is not None else 0.0
+    holds = point is not None and undefined <= 0.025 * bootstrap and lo > 1.0
+    return {"holds": bool(holds), "difference": diff, "ci95": [min(lo, diff), max(hi, diff)],
+            "problems": problems, "seeds": seeds, "defined": point is not None,
+            "undefined_resamples": undefined,
+            "paper": PAPER_RATIO}
+
+
+def figures(config: Any, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The curves (quality and step AUC per arm and budget, bands over problems and seeds),
+    the efficiency ratios and the claim."""
+    budgets = config.budget_list
+    problems = sorted(results[0]["accuracy"])
+    curves: dict[str, dict[int, np.ndarray]] = {arm: {} for arm in ARMS}
+    aucs: dict[str, dict[int, list]] = {arm: {k: [] for k in budgets} for arm in ARMS}
+    for arm in ARMS:
+        for k in budgets:
+            rows = sorted((r for r in results if r["arm"] == arm and r["budget"] == k),
+                          key=lambda r: r["seed"])
+            curves[arm][k] = np.array([[r["accuracy"][p] for p in problems] for r in rows])
+            aucs[arm][k] = [r["step_auc"] for r in rows]
+    rng = np.random.default_rng(config.seed)
+    seeds = config.seeds
+    pidx = rng.integers(0, len(problems), size=(BOOTSTRAP, len(problems)))
+    sidx = rng.integers(0, seeds, size=(BOOTSTRAP, seeds))
+    table = {}
+    for arm in ARMS:
+        table[arm] = []
+        for k in budgets:
+            q = resampled_quality(curves[arm][k], pidx, sidx)
+            auc = [a for a in aucs[arm][k] if a is not None]
+            table[arm].append({"labels": k, "accuracy": round(100 * float(curves[arm][k].mean()), 3),
+                               "ci95": [round(float(np.percentile(q, 2.5)), 3),
+                                        round(float(np.percentile(q, 97.5)), 3)],
+                               "step_auc": round(float(np.mean(auc)), 4) if auc else None})
+    ratios = {f"{a}/{b}": efficiency(curves, a, b, budgets, config.seed)
+              for a, b in (("active", "uniform"), ("random-wrong", "uniform"),
+                           ("active", "random-wrong"))}
+    claim = {k: v for k, v in ratios["active/uniform"].items()}
+    return {"budgets": budgets, "curves": table, "ratios": ratios,
+            "claims": {"active_learning_efficiency": claim}}
+
+
+def summary_rows(config: Any, doc: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = [("sizes", f"{config.train_problems} training problems x {config.pool_n} pool "
+                      f"samples, {config.test_problems} x {config.test_n} test candidates, "
+                      f"{config.seeds} seeds, policy {config.policy}, calculator "
+                      f"{'on' if config.calculator else 'off'}")]
+    for arm, points in doc["curves"].items():
+        rows.append((f"{arm}: best-of-{config.test_n} accuracy at " + "/".join(
+            str(p["labels"]) for p in points) + " labels per problem",
+                     " / ".join(f"{p['accuracy']:.1f}%" for p in points)))
+        rows.append((f"{arm}: step AUC", " / ".join(
+            "-" if p["step_auc"] is None else f"{p['step_auc']:.3f}" for p in points)))
+    for name, r in doc["ratios"].items():
+        rows.append((f"efficiency ratio {name}", ratio_text(r)))
+    c = doc["claims"]["active_learning_efficiency"]
+    rows.append(("claim: active learning more label-efficient than uniform (ratio > 1)?",
+                 f"{'YES' if c['holds'] else 'NO'}: {ratio_text(c)}; the paper: "
+                 f"{c['paper']}x"))
+    return rows
+
+
+def ratio_text(r: dict[str, Any]) -> str:
+    if not r["defined"]:
+        return "no ratio: the fitted curves do not rise"
+    text = f"{r['difference']:.2f}x, 95% CI [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
+    return text + (f" ({r['undefined_resamples']} resamples without a rising curve)"
+                   if r["undefined_resamples"] else "")
+
+
+def finish(config: Any, doc: dict[str, Any], out: str, say: Any, seconds: float) -> None:
+    """The report, the printed summary and ``summary.json``."""
+    rows = summary_rows(config, doc)
+    report = os.path.join(out, "report.html")
+    write_report(report, config, doc, rows)
+    say.stage(2 + config.seeds, f"report: {report}")
+    print(f"\nprmkit lab active-learning summary (seed {config.seed}; measured in this run, "
+          f"{seconds:.0f} s on {os.cpu_count()} cores)")
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"  {k.ljust(width)}  {v}")
+    tmp = os.path.join(out, "summary.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"config": asdict(config), "claims": doc["claims"], "summary": dict(rows),
+                   "curves": doc["curves"], "ratios": doc["ratios"]}, f, indent=2)
+    os.replace(tmp, os.path.join(out, "summary.json"))
+    print(f"report written to {report}", flush=True)
+
+
+def write_report(path: str, config: Any, doc: dict[str, Any], rows: list) -> None:
+    from prmkit.report import html, plots
+
+    xs = doc["budgets"]
+    curves = {arm: {"y": [p["accuracy"] for p in pts], "low": [p["ci95"][0] for p in pts],
+                    "high": [p["ci95"][1] for p in pts]} for arm, pts in doc["curves"].items()}
+    png = plots.curves_png(xs, curves, "labelled solutions per training problem",
+                           f"best-of-{config.test_n} accuracy (%)",
+                           "label efficiency: each arm's PRM, bands over problems and seeds")
+    table = html.table(["arm"] + [f"{k} labels" for k in xs], [
+        [arm] + [f"{p['accuracy']:.1f} [{p['ci95'][0]:.1f}, {p['ci95'][1]:.1f}], AUC "
+                 + ("-" if p["step_auc"] is None else f"{p['step_auc']:.3f}") for p in pts]
+        for arm, pts in doc["curves"].items()])
+    page = html.page("prmkit lab active-learning", f"seed {config.seed}, policy {config.policy}",
+                     [("Summary", html.table(["", "measured"], rows)),
+                      ("Learning curves", html.png_img(png, "accuracy against labels") + table)])
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(page)

@@ -1,0 +1,184 @@
+"""``prmkit lab trace-error``: process against outcome supervision, measured by trace errors.
+
+Uesato et al. 2022, "Solving math word problems with process- and outcome-based feedback"
+(DeepMind): outcome supervision reached a final-answer error close to process supervision's,
+but only process supervision cut the trace error, the share of right-answer solutions that
+hold a wrong step (14.0% to 3.4%, their selection with a reward model).
+
+The lab policy writes such solutions when it recovers from a slip (``lab:SLIP:CONFUSE:RECOVER``,
+:mod:`prmkit.lab.policy`): the next step carries on from the true value, so the answer is right
+and the slipped step wrong. Three verifiers, heads alone on the same frozen SmolLM2-135M
+states with the same budget (:mod:`prmkit.lab.heads`), differ only in their labels:
+
+* ``orm``: the outcome on every step (Uesato's ORM), picking by its last step's score;
+* ``prm-mc``: Monte Carlo step labels (Math-Shepherd, hard, K rollouts per step). A recovered
+  slip's rollouts still reach the answer, so MC labels call it right: MC labels are not
+  process supervision in Uesato's sense;
+* ``prm-exact``: the exact step labels, the lab's stand-in for human labels.
+
+Both PRMs pick by ``--select``. Each runs with the calculator's notes (every slip shows in the
+text, to every verifier) and without (the base must see the slip in its own states).
+**The claims are read on the calculator setting**, where a verifier can see every slip and
+only its labels tell it whether a slip matters; the setting without it is reported beside,
+never in the claims. Claims at N = ``--n`` (:mod:`prmkit.lab.tracestats`, paired over test
+problems, 95% bootstrap intervals):
+
+* ``trace_error_prm_below_orm``: ORM trace error minus exact-label PRM's, holds above 0;
+* ``final_error_similar``: exact-label PRM final error minus ORM's, holds when the interval
+  lies within ``--margin`` points of 0;
+* ``trace_error_mc_prm``: MC-label PRM trace error minus exact-label PRM's, holds above 0 (MC
+  labels leave the trace errors that exact labels remove); its difference from the ORM's is
+  written beside it (``against_orm``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from prmkit.errors import PrmkitError
+from prmkit.lab import tracereport
+from prmkit.lab.stages import Printer, prepare, stage, stage_json
+from prmkit.lab.tracereport import SETTINGS, VERIFIERS
+
+STAGES_VERSION = 1
+SELECT = ("prm-prod", "prm-min", "prm-last")
+
+
+@dataclass
+class TraceErrorConfig:
+    """Sizes of ``prmkit lab trace-error`` (the defaults fit in about 20 minutes on 2 cores)."""
+
+    output: str = field(default="trace_error_out", metadata={"help": "folder for every file it writes"})
+    seed: int = field(default=0, metadata={"help": "seed of the problems, sampling and training"})
+    train_problems: int = field(default=100, metadata={"help": "lab problems to train on"})
+    train_n: int = field(default=4, metadata={"help": "candidates per training problem"})
+    test_problems: int = field(default=80, metadata={"help": "lab problems for best-of-N"})
+    n: int = field(default=8, metadata={"help": "candidates per test problem (the largest N)"})
+    min_steps: int = field(default=2, metadata={"help": "fewest operations per problem"})
+    max_steps: int = field(default=5, metadata={"help": "most operations per problem"})
+    slip: float = field(default=0.1, metadata={
+        "help": "the lab policy's chance of a wrong add/sub calculation (mul/div: twice it)"})
+    confuse: float = field(default=0.6, metadata={
+        "help": "the lab policy's largest chance of confusing a problem's trap operation"})
+    recover: float = field(default=0.35, metadata={
+        "help": "the lab policy's chance of carrying on from the true value after a slip (a "
+                "right answer with a wrong step)"})
+    rollouts: int = field(default=4, metadata={"help": "Monte Carlo rollouts per labelled step (K)"})
+    base: str = field(default="smollm2-135m", metadata={"help": "base model of every verifier"})
+    head: str = field(default="surprisal", metadata={
+        "help": "the verifiers' head on the frozen body (prmkit train prm --head)"})
+    epochs: int = field(default=16, metadata={"help": "each verifier's passes over its labels"})
+    lr: float = field(default=1e-3, metadata={"help": "each verifier's peak learning rate"})
+    batch_tokens: int = field(default=4096, metadata={"help": "training batch, in tokens"})
+    select: str = field(default="prm-prod", metadata={
+        "help": "how the PRMs pick a candidate (prm-prod, prm-min, prm-last), fixed before the "
+                "run; the ORM picks by its last step's score"})
+    margin: float = field(default=5.0, metadata={
+        "help": "final_error_similar holds when the 95%% interval of the final-error "
+                "difference lies within this many points of 0"})
+    draws: int = field(default=200, metadata={"help": "random draws of N candidates per problem"})
+
+    def __post_init__(self) -> None:
+        if self.select not in SELECT:
+            raise PrmkitError(f"--select {self.select!r} is not one of {', '.join(SELECT)}")
+        if min(self.train_problems, self.train_n, self.test_problems, self.n, self.rollouts,
+               self.epochs, self.draws) < 1:
+            raise PrmkitError("--train-problems, --train-n, --test-problems, --n, --rollouts, "
+                              "--epochs and --draws must be at least 1")
+        if self.margin <= 0:
+            raise PrmkitError(f"--margin must be positive, got {self.margin}")
+
+    @property
+    def policy(self) -> str:
+        return f"lab:{self.slip}:{self.confuse}:{self.recover}"
+
+
+def run(config: TraceErrorConfig) -> int:
+    t0 = time.time()
+    out = config.output
+    prepare(out, config, STAGES_VERSION)
+    say = Printer()
+    say(f"prmkit lab trace-error: seed {config.seed}, policy {config.policy}; files in {out}/")
+    train, test, mc = world_stage(config, out, say)
+    scores = {}
+    for k, setting in enumerate(SETTINGS):
+        scores[setting] = stage_json(out, f"scores_{setting}.json", lambda: verifiers_stage(
+            config, setting, train, test, mc))
+        say.stage(3 + k, f"three verifiers trained and scored, {setting}")
+    doc = tracereport.figures(config, test, scores)
+    tracereport.finish(config, doc, out, say, time.time() - t0)
+    return 0
+
+
+def world_stage(config: TraceErrorConfig, out: str, say: Any) -> tuple[list, list, list]:
+    """1. problems and candidates (gold-labelled), 2. Monte Carlo labels of the training set."""
+    from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
+    from prmkit.lab.demo import candidates_of
+    from prmkit.lab.world import trace_error
+    from prmkit.label.mc import MCConfig, label_mc
+
+    policy, prompter = load_lab_policy(config.policy)
+    lab = dict(min_steps=config.min_steps, max_steps=config.max_steps)
+    train_p = make_problems(LabConfig(n=config.train_problems, seed=config.seed, **lab))
+    test_p = make_problems(LabConfig(n=config.test_problems, seed=config.seed + 1000, **lab))
+    train = stage(out, "train_candidates.jsonl", lambda: [gold_record(r) for r in candidates_of(
+        train_p, config.train_n, policy, prompter, config.policy, config.seed)])
+    test = stage(out, "test_candidates.jsonl", lambda: [gold_record(r) for r in candidates_of(
+        test_p, config.n, policy, prompter, config.policy, config.seed + 1)])
+    right = sum(bool(r.is_correct) for r in train + test)
+    te = trace_error(train + test)
+    say.stage(1, f"{len(train)} training and {len(test)} test candidates, policy "
+                 f"{config.policy}: {100 * right / len(train + test):.1f}% right answers, "
+                 f"{'-' if te is None else f'{100 * te:.1f}%'} of them with a wrong step")
+    mc = stage(out, "train_mc.jsonl", lambda: list(label_mc(
+        train, policy, prompter, MCConfig(rollouts=config.rollouts, mode="hard",
+                                          seed=config.seed), config.policy)))
+    agree = [(a >= 0.5) == (b >= 0.5) for m in mc for g in [gold_of(train, m.id)]
+             for a, b in zip(m.labels or [], g.labels or []) if a is not None and b is not None]
+    missed = recovered_slips_called_right(train, mc)
+    say.stage(2, f"Monte Carlo labels (hard, K={config.rollouts}): step agreement with gold "
+                 f"{100 * sum(agree) / max(1, len(agree)):.1f}%; the wrong steps of right-answer "
+                 f"solutions labelled right: {missed}")
+    return train, test, mc
+
+
+def gold_of(records: list, rid: str) -> Any:
+    return next(r for r in records if r.id == rid)
+
+
+def recovered_slips_called_right(train: list, mc: list) -> str:
+    """How many of the gold-wrong steps of right-answer training solutions the MC labels call
+    right, as "k of m"."""
+    by_id = {r.id: r for r in mc}
+    wrong = called = 0
+    for g in train:
+        if not g.is_correct or g.id not in by_id:
+            continue
+        for y, m in zip(g.labels or [], by_id[g.id].labels or []):
+            if y is not None and y < 0.5 and m is not None:
+                wrong += 1
+                called += m >= 0.5
+    return f"{called} of {wrong}"
+
+
+def verifiers_stage(config: TraceErrorConfig, setting: str, train: list, test: list,
+                    mc: list) -> dict[str, dict[str, list]]:
+    """3, 4. the three verifiers of one setting, each trained and scored on the stored states;
+    a finished verifier's scores are kept in its own file, so a killed stage resumes."""
+    from prmkit.lab.heads import HeadSpec, outcome_labelled, train_and_score
+
+    spec = HeadSpec(base=config.base, head=config.head, calculator=setting == "calculator",
+                    epochs=config.epochs, lr=config.lr, batch_tokens=config.batch_tokens,
+                    seed=config.seed)
+    labelled = {"orm": outcome_labelled(train), "prm-mc": mc, "prm-exact": train}
+    store = os.path.join(config.output, "frozen")
+    scores = {}
+    for name in VERIFIERS:
+        path = os.path.join(config.output, "heads", f"{setting}-{name}")
+        scores[name] = stage_json(config.output, f"scores_{setting}_{name}.json", lambda: {
+            r.id: s for r, s in zip(test, train_and_score(labelled[name], test, path, spec,
+                                                           store))})
+    return scores
