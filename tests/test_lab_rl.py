@@ -14,7 +14,7 @@ import pytest
 from prmkit.cli import main
 from prmkit.errors import PrmkitError
 from prmkit.lab import featureprm, rlstats
-from prmkit.lab.rl import LabRLConfig, advantages, exact_accuracy, make_world
+from prmkit.lab.rl import LabRLConfig, advantages, exact_accuracy
 from prmkit.lab.stepolicy import KINDS, OPERATORS, StepPolicy, kind_of
 from prmkit.lab.world import LabConfig, Op, Problem, gold_labels, load_problem, make_problems
 

@@ -13,7 +13,7 @@ pa = pytest.importorskip("pyarrow")
 from prmkit.cli import main
 from prmkit.errors import PrmkitError, RecordError
 from prmkit.formats.detect import detect, read_records
-from prmkit.records import Record, write_records
+from prmkit.records import Record
 from prmkit.tables import parse_hub_name
 from test_formats import MS_INPUT, MS_LABEL, PB, PRMB, STEPWISE, prm800k_line, step
 

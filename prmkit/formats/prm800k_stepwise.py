@@ -50,7 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
-from prmkit.errors import PrmkitError, RecordError
+from prmkit.errors import RecordError
 from prmkit.formats.common import build, require_pyarrow, warn_skipped
 from prmkit.tables import read_table
 

@@ -323,7 +323,6 @@ def load_hf_generator(policy: str, config: HFGenConfig | None = None,
     config = config or HFGenConfig()
     path = resolve_model_path(policy)  # a missing model is reported before the heavy imports
 
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = torch_dtype(config.dtype, config.device)

@@ -11,10 +11,8 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from prmkit.errors import PrmkitError
 from prmkit.models.folder import kind_of, resolve_model_path
 from prmkit.models.pypi import DEFAULT_PRM, default_prm_path
 from prmkit.models.reading import HFConfig

@@ -158,7 +158,6 @@ def load_hf_prm(model: str, step_format: str | StepFormat | None = None,
     if kind_of(path) == "implicit-prm":
         raise PrmkitError(f"model {model!r} is an implicit PRM: load it with "
                           f"prmkit.models.load.load_prm")
-    import torch
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 

@@ -383,7 +383,6 @@ def load_implicit_prm(path: str, config: HFConfig | None = None,
     ``prmkit_train.json``). A delta folder (``--train last-k``) shares every tensor but the
     trained ones with it; a full folder (LoRA merged, or full) is a second model.
     """
-    import torch
     from transformers import AutoTokenizer
 
     config = config or HFConfig()
