@@ -125,7 +125,7 @@ def test_demo_runs_every_stage_and_reports_what_it_measured(base, tmp_path, caps
     before = (out / "test_scored.jsonl").read_text()
     assert main(demo_args(base, out)) == 0
     again = capsys.readouterr().out
-    assert "resuming the demo" in again
+    assert "resuming the run" in again
     assert (out / "test_scored.jsonl").read_text() == before
     assert again.split("prmkit demo summary")[1].split("\n", 1)[1].split("report written")[0] == \
         printed.split("prmkit demo summary")[1].split("\n", 1)[1].split("report written")[0]
@@ -174,7 +174,7 @@ def test_demo_never_deletes_a_folder_it_did_not_make(base, tmp_path, capsys):
     out.mkdir()
     (out / "thesis.tex").write_text("precious")
     assert main(demo_args(base, out)) == 2
-    assert "not a demo folder" in capsys.readouterr().err
+    assert "not a lab run's folder" in capsys.readouterr().err
     assert (out / "thesis.tex").read_text() == "precious"
 
 
@@ -257,7 +257,7 @@ def test_demo_implicit_prm_is_its_own_stage_with_its_own_rows(base, tmp_path, ca
     assert main(demo_args(base, out, *implicit)) == 0
     printed = capsys.readouterr().out
     # turning it on reuses every other stage: the PRM is not trained again
-    assert "resuming the demo" in printed
+    assert "resuming the run" in printed
     assert (out / "test_scored.jsonl").read_text() == scored_before
     assert {p.name: p.stat().st_mtime_ns for p in (out / "prm" / "last").iterdir()} == prm_files
     trained = json.loads((out / "implicit" / "last" / "prmkit_train.json").read_text())
@@ -294,7 +294,7 @@ def test_demo_implicit_prm_is_its_own_stage_with_its_own_rows(base, tmp_path, ca
 
     # its own settings changed: only its stage is done again
     assert main(demo_args(base, out, *implicit[:-1], "2")) == 0
-    assert "resuming the demo" in capsys.readouterr().out
+    assert "resuming the run" in capsys.readouterr().out
     assert json.loads((out / "implicit" / "last" / "prmkit_train.json").read_text())[
         "config"]["loop"]["epochs"] == 2
     assert (out / "test_scored.jsonl").read_text() == scored_before

@@ -246,6 +246,20 @@ def test_a_record_no_rollout_solves_is_warned_about(caplog):
     assert len(warned) == 1 and "'lost'" in warned[0] and "12 rollouts" in warned[0]
 
 
+def test_many_records_without_signal_are_named_three_times_then_counted(caplog):
+    from prmkit.label.mc import WARN_RECORDS
+
+    names = [f"lost{k}" for k in range(WARN_RECORDS + 2)]
+    with caplog.at_level("WARNING", logger="prmkit"):
+        run([record(n, 2) for n in names], {n: [0, 0] for n in names}, rollouts=2)
+    messages = [r.getMessage() for r in caplog.records]
+    named = [m for m in messages if "carry no signal" in m]
+    assert len(named) == WARN_RECORDS and all(f"'{n}'" in m for n, m in zip(names, named))
+    summary = [m for m in messages if "records in all" in m]
+    assert len(summary) == 1 and summary[0].startswith(f"{len(names)} records in all")
+    assert f"'{names[-1]}'" in summary[0]
+
+
 def test_a_step_that_begins_a_colon_stated_answer_is_the_free_probe():
     # "A: 42" states the answer: the solution's own answer settles it, with no rollout
     out, fake = run([record("a", 2, last="A: 42")], {"a": [0, 0]}, rollouts=4)

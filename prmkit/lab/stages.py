@@ -37,16 +37,18 @@ def prepare(out: str, config: Any, version: int, own: tuple[str, ...] = ()) -> N
               "stages_version": version}
     if os.path.isdir(out):
         if not os.path.isfile(settings):
-            if os.listdir(out):   # never delete a folder the demo did not make
-                raise PrmkitError(f"{out} exists and is not a demo folder (no settings.json): "
-                                  f"choose another --output")
+            if os.listdir(out):   # never delete a folder a lab run did not make
+                raise PrmkitError(f"{out} exists and is not a lab run's folder (no "
+                                  f"settings.json): choose another --output")
             same = False
         else:
             same = same_settings(settings, wanted)
         if not same:
+            if os.path.isfile(settings):
+                print(f"{out}/ holds a run with other settings: starting afresh", flush=True)
             shutil.rmtree(out)
         else:
-            print(f"resuming the demo in {out}/ (same settings): finished stages are reused",
+            print(f"resuming the run in {out}/ (same settings): finished stages are reused",
                   flush=True)
     os.makedirs(out, exist_ok=True)
     with open(settings, "w", encoding="utf-8") as f:

@@ -264,6 +264,7 @@ def label_mc(records: Iterable[Record], generator: Generator, prompter: Prompter
     active: list[_Job] = []
     exhausted = False
     rollouts = 0
+    silent: list[str] = []   # records none of whose rollouts reached the reference
     while True:
         while not exhausted and len(active) < config.chunk:
             rec = next(pending, None)
@@ -272,6 +273,7 @@ def label_mc(records: Iterable[Record], generator: Generator, prompter: Prompter
             else:
                 active.append(_Job.start(rec, config))
         if not active:
+            summarise_no_signal(silent)
             return
         wanted: list[tuple[_Job, int]] = []
         still: list[_Job] = []
@@ -281,7 +283,7 @@ def label_mc(records: Iterable[Record], generator: Generator, prompter: Prompter
                 wanted += [(job, i) for i in steps]
                 still.append(job)
             else:
-                warn_if_no_signal(job)
+                warn_if_no_signal(job, silent)
                 yield job.finish(config, policy)
         active = still
         if wanted:
@@ -290,14 +292,29 @@ def label_mc(records: Iterable[Record], generator: Generator, prompter: Prompter
             note(rollouts=rollouts, in_flight=len(active))
 
 
-def warn_if_no_signal(job: _Job) -> None:
+WARN_RECORDS = 3   # records warned about one by one; the rest are counted at the end
+
+
+def warn_if_no_signal(job: _Job, silent: list[str]) -> None:
     """Warn when no rollout of a record reached its reference answer: every probed step is then
     labelled wrong whatever it says, and the labels carry no signal (a wrong reference, or a
-    policy too weak for the problem)."""
+    policy too weak for the problem). The first ``WARN_RECORDS`` such records are named one by
+    one; :func:`summarise_no_signal` counts them all at the end."""
     if job.rollouts_spent and not any(c for c in job.correct if c is not None):
-        log.warning("record %r: none of its %d rollouts reached the reference answer %r; its "
-                    "step labels are all 0 and carry no signal (check the reference, or use a "
-                    "stronger policy)", job.record.id, job.rollouts_spent, job.record.reference)
+        silent.append(job.record.id)
+        if len(silent) <= WARN_RECORDS:
+            log.warning("record %r: none of its %d rollouts reached the reference answer %r; its "
+                        "step labels are all 0 and carry no signal (check the reference, or use "
+                        "a stronger policy)", job.record.id, job.rollouts_spent,
+                        job.record.reference)
+
+
+def summarise_no_signal(silent: list[str]) -> None:
+    """One line for the records past the first ``WARN_RECORDS`` that had no signal."""
+    if len(silent) > WARN_RECORDS:
+        log.warning("%d records in all had no rollout reach their reference answer (the first "
+                    "%d named above; the last: %r); their step labels are all 0", len(silent),
+                    WARN_RECORDS, silent[-1])
 
 
 def _roll_out(generator: Generator, prompter: Prompter, config: MCConfig,
