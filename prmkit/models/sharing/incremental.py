@@ -1,60 +1,26 @@
 """Incremental PRM scoring for search: each token of a search tree goes through the PRM once.
 
-Search (beam, DVTS, MCTS: :mod:`prmkit.search`) grows partial solutions one step at a time and
-needs the PRM's score of every new step. Scoring each grown solution from scratch re-reads the
-problem and every earlier step at every iteration, so a path of depth D costs O(D^2) step
-tokens. Here a partial solution is a :class:`Prefix`: its steps, its step scores, and, for a
-transformers PRM, the key-value cache of its tokens. Extending it by one step feeds only the
-new tokens, with the prefix's cache as ``past_key_values``, and reads the new step's score
-through the PRM's own :class:`prmkit.models.backends.hf.Reader` (so every HF PRM, and the default PRM,
-works unchanged).
+Search (:mod:`prmkit.search`) grows partial solutions one step at a time. A partial solution is
+a :class:`Prefix`: its steps, its step scores and, for a transformers PRM, the key-value cache
+of its tokens. Extending it feeds only the new step's tokens on top of the prefix's cache and
+reads the score through the PRM's own :class:`prmkit.models.backends.hf.Reader`.
 
 Two scorers, one contract (:class:`PrefixScorer`):
 
 * :class:`IncrementalPRM` wraps an :class:`~prmkit.models.backends.hf.HFPRM` and reuses caches.
-* :class:`RescoringScorer` wraps any PRM (:class:`prmkit.models.base.PRM`: remote, vLLM, an
-  oracle in tests) and re-scores every grown solution whole, one forward pass per solution.
-  Over an HFPRM it is the *reference mode* of the incremental scorer: the tests show both give
-  the same scores (to 1e-4 in float32).
+* :class:`RescoringScorer` wraps any PRM and re-scores every grown solution whole; over an
+  HFPRM it is the reference for the incremental scorer (same scores to 1e-4 in float32).
 
-Why reuse is exact. In a causal model a token's output depends only on the tokens before it,
-so a child may reuse its parent's cache for every leading id the two share. A format that
-tokenises piece by piece makes the parent's ids a prefix of the child's by construction; one
-that tokenises the whole text in one call (the public recipes: Math-Shepherd, Qwen, RLHFlow;
-:meth:`prmkit.stepformat.BoundFormat.encode`) usually does, but a tokenizer may merge the
-last token of the parent with what the child adds. The scorer takes neither on trust: it
-encodes every grown solution with the step format and compares the parent's ids with the
-child's, per solution. When the parent's ids are not all a prefix of the child's, the child
-reuses the cache of the ids they do share (read from scratch when they share none) and is
-counted in ``fallbacks`` (``partial`` counts those that still reused a part). A root is the
-problem's ids before the first step; under a whole-text format its last token is left out
-(the text before a step often ends in a space or newline that the step's first token takes).
-Bidirectional models (BERT-like) and models with sliding-window attention cannot reuse a
-cache at all: :func:`prefix_scorer` gives them the rescoring scorer. A hazard head (``--head
-hazard`` or ``surprisal``) sums over every token, so a prefix also keeps its segment's log S
-at each token (and a surprisal head the final hidden states), and a child continues the sum
-from the token before its new ids.
+Reuse is checked, not assumed: every grown solution is encoded with the step format, and a
+child whose ids do not begin with its parent's reuses only the cache of the ids they share and
+is counted in ``fallbacks`` (``partial``: those that still reused a part). Models that cannot
+reuse a cache (bidirectional, sliding-window) get the rescoring scorer from
+:func:`prefix_scorer`. A prefix keeps the cache of its own segment only, plus a reference to its
+parent, so a pruned node's cache is freed when nothing refers to it (:func:`release`).
 
-Batching. All items of one ``extend`` call go through the model together, in batches of at
-most a quarter of the PRM's token budget (rows x (cached + new) tokens, since every row holds a
-copy of its prefix's cache): each row is one new step on top of its parent's cache. Caches of
-different lengths are left-padded (masked, with each row's position ids continuing its own
-prefix), new ids are right-padded; when every row has the same cached length (the children of
-one parent, say) no mask is needed at all, as for one-pass scoring. The roots (the problem text
-alone) of a batch of problems are read in one pass too.
-
-Memory. A prefix keeps the cache of *its own* tokens only (its segment: the separator and the
-new step), plus a reference to its parent; the cache of a whole path is put together from the
-segments when the path is extended. Every token of the live tree is therefore stored once,
-and a pruned node's segment is freed as soon as nothing refers to it: a search that drops a
-beam drops its :class:`Prefix`, and the segments of its ancestors go when their last live
-descendant goes; a finished solution's own segment is dropped at once (:func:`release`). Per token the cache takes ``2 x layers x kv_heads x head_dim`` numbers
-(SmolLM2-135M in bfloat16: 23 KB), so a tree of 10,000 live tokens holds about 230 MB.
-
-Token accounting. ``tokens`` counts the tokens fed through the PRM's forward passes (padding
-excluded): with reuse, the problem once per root and each step (with its separator) once,
-and a step that one ``extend`` call asks twice on the same prefix (two samples with the same
-text) once; without, every grown solution whole. ``Prefix.cost`` is the share of one prefix.
+``tokens`` counts the tokens fed through the PRM's forward passes (padding excluded);
+``Prefix.cost`` is one prefix's share. Batching, memory and why reuse is exact:
+docs/scoring.md, "Design notes".
 """
 
 from __future__ import annotations
