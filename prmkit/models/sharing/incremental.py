@@ -37,12 +37,9 @@ from prmkit.models.sharing.cachedpass import CachedPass, cached_forward
 class Prefix:
     """A scored partial solution: its steps, a score per step, and the scorer's private state.
 
-    ``cost`` is the number of PRM tokens processed to create this prefix (None when the PRM
-    cannot tell, e.g. a remote one). The fields after ``cost`` belong to
-    :class:`IncrementalPRM`: the full ids, the cache segment covering ``ids[kv_start:]`` (one
-    ``(keys, values)`` pair per layer) and the parent whose cache covers ``ids[:kv_start]``;
-    under a hazard head also the segment's log S at each token and, for a surprisal head, the
-    final hidden states there, which a continuation carries on from.
+    ``cost`` is the PRM tokens processed to create it (None when the PRM cannot tell). The
+    later fields belong to :class:`IncrementalPRM`: the full ids, the cache segment covering
+    ``ids[kv_start:]``, the parent covering ``ids[:kv_start]``, and a hazard head's carry.
     """
 
     problem: str
@@ -92,13 +89,9 @@ def prefix_scorer(prm: Any, kv_reuse: bool = True) -> PrefixScorer:
 
 
 class RescoringScorer:
-    """Any PRM: a grown solution is scored whole (one ``prm.score`` call per batch of items).
-
-    The new prefix keeps its parent's scores and adds the last step's score, so a path's
-    scores are the ones search ranked it by. PRM tokens are counted when the PRM exposes its
-    step format (``bound`` and ``max_length``, as the HF and vLLM scorers do), else ``tokens``
-    and every ``cost`` are None.
-    """
+    """Any PRM: a grown solution is scored whole; the new prefix keeps its parent's scores and
+    adds the last step's. ``tokens`` and every ``cost`` are None unless the PRM exposes its
+    step format (``bound`` and ``max_length``)."""
 
     def __init__(self, prm: Any):
         self.prm = prm
@@ -138,11 +131,10 @@ class RescoringScorer:
 
 
 def reuse_blocker(prm: Any, carries_hazard: bool = False) -> str | None:
-    """Why ``prm`` (an HFPRM) cannot reuse caches, or None when it can: an architecture off
-    :data:`prmkit.models.architectures.TREE_EXACT`, local attention (a search's lengths are not
-    known ahead), or a reading that is not one position per step. A hazard head can when the
-    caller carries each prefix's log S (``carries_hazard``: prefix sharing and
-    :class:`IncrementalPRM` do)."""
+    """Why ``prm`` (an HFPRM) cannot reuse caches, or None: an architecture off
+    :data:`prmkit.models.architectures.TREE_EXACT`, local attention, or a reading that is not
+    one position per step. A hazard head can when the caller carries each prefix's log S
+    (``carries_hazard``)."""
     why = share_blocker(prm, carries_hazard)
     if why is None and local_span(prm.model.config) is not None:
         why = f"{model_type(prm.model)} attends over a window of {local_span(prm.model.config)} tokens"
@@ -201,9 +193,8 @@ class IncrementalPRM:
         return roots
 
     def extend(self, items: Sequence[tuple[Prefix, str]]) -> list[Prefix]:
-        """Each item's child, scored on its parent's cache. An item that repeats an earlier
-        one (the same parent and step: samples of a step are often word for word the same)
-        is read once; the repeat gets a copy that shares its cache and costs 0 tokens."""
+        """Each item's child, scored on its parent's cache; an item repeating an earlier one
+        (same parent and step) is read once and its copy costs 0 tokens."""
         out: list[Prefix | None] = [None] * len(items)
         members: list[_Member] = []
         seen: dict[tuple[int, str], int] = {}
@@ -313,9 +304,8 @@ class _Member:
 
 
 def release(prefix: Prefix) -> None:
-    """Drop the cache segment of a prefix that will not be extended (a finished solution).
-    Its ancestors' segments stay as long as other prefixes refer to them; extending it anyway
-    reads it from scratch (a fallback), so this is never wrong, only slower."""
+    """Drop the cache segment of a prefix that will not be extended (a finished solution);
+    extending it anyway reads it from scratch, so this is never wrong, only slower."""
     prefix.kv = prefix.log_s = prefix.hidden = None
 
 
@@ -343,9 +333,7 @@ def _carried(base: Prefix | None, past: int) -> tuple[float, Any]:
 
 def head_ids(bound: Any, problem: str) -> list[int]:
     """The ids before the first step: ``encode(problem, [])`` (only the BOS token, if any,
-    when the format puts nothing before the first step: the ``turns`` layout). Under a
-    whole-text format the head's last token is left out: it is often a space or newline that
-    the first step's first token takes in the whole text."""
+    under the ``turns`` layout), its last token left out under a whole-text format."""
     ids = list(bound.encode(problem, []).input_ids)
     if getattr(bound.format, "tokenize", "pieces") == "whole" and len(ids) > len(bound.bos):
         ids = ids[:-1]
