@@ -1,35 +1,21 @@
-"""Turn a solution's step scores into one score.
-
-A PRM scores every step, but best-of-N selection, weighted voting and search need one number
-per solution. These are the usual ways to get it:
+"""Turn a solution's step scores into one score (best-of-N, weighted voting, search).
 
 ``prod``
-    The product of the step scores: the probability that every step is correct, if the steps'
-    scores were independent. Lightman et al. 2023, "Let's Verify Step by Step" (PRM800K), rank
-    solutions by it. Computed in log space (a sum of logs, then ``exp``); a zero score gives 0.
+    The product: the chance every step is correct if the scores were independent (Lightman et
+    al. 2023, "Let's Verify Step by Step"). Computed in log space; a zero score gives 0.
 ``min``
-    The lowest step score: a solution is as good as its worst step. Lightman et al. 2023
-    compare it with the product; Wang et al. 2023, "Math-Shepherd", use it as their main rule.
+    The lowest step score (Lightman et al. 2023; Wang et al. 2023, "Math-Shepherd").
 ``last``
-    The score of the last step. For PRMs trained on Monte Carlo labels the last step's score
-    estimates the chance the whole solution reaches the right answer (Snell et al. 2024,
-    "Scaling LLM Test-Time Compute Optimally", use it with search).
+    The last step's score; for PRMs trained on Monte Carlo labels, the chance the solution
+    reaches the right answer (Snell et al. 2024 use it with search).
 ``mean``
-    The arithmetic mean of the step scores.
+    The arithmetic mean.
 ``geomean``
-    The geometric mean: the product, normalised by length, so long solutions are not punished
-    for having more steps. Computed in log space; a zero score gives 0.
+    The geometric mean: the product normalised by length. Log space; a zero score gives 0.
 
-Null scores. ``Record.step_scores`` may hold ``None`` for a step that could not be scored (for
-example because the solution was longer than the model's context). Every rule here uses one
-rule for them: **nulls are dropped, then the rule is applied to what remains.** So ``last`` is
-the score of the last *scored* step: a truncated solution is judged by the furthest step the
-model saw. An empty list, or one where every score is null, raises
-:class:`~prmkit.errors.PrmkitError`, since there is nothing to aggregate.
-
-``prod`` and ``geomean`` need non-negative scores (probabilities); a negative score (from a raw
-value head, say) raises :class:`~prmkit.errors.PrmkitError`. Use ``min``, ``last`` or ``mean``
-for those.
+Null scores (steps that could not be scored) are dropped first, so ``last`` is the last
+*scored* step; nothing left raises :class:`~prmkit.errors.PrmkitError`. ``prod`` and ``geomean``
+refuse negative scores (a raw value head's): use ``min``, ``last`` or ``mean`` for those.
 """
 
 from __future__ import annotations

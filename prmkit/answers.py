@@ -1,46 +1,34 @@
 """Final answers: extraction from a solution, equivalence, and grouping keys.
 
-Outcome labels (``is_correct``), Monte-Carlo step labels and majority votes all hinge on two
-questions: what is the final answer of a solution, and is it the same as another answer.
+:func:`extract_answer` takes the *last* match of the first kind that matches:
 
-:func:`extract_answer` looks for the final answer in this order and takes the *last* match of
-the first kind that matches:
-
-1. ``\\boxed{...}`` or ``\\fbox{...}`` with balanced braces (MATH, most chat models);
+1. ``\\boxed{...}`` or ``\\fbox{...}`` with balanced braces;
 2. ``#### N`` (GSM8K references);
-3. an answer phrase (the last one in the text): ``The answer is[:] X``, ``Final answer: X``,
-   ``Answer: X``, ``# Answer`` followed by ``X`` on a later line (PRM800K), and ``A: X`` at the
-   start of a line (the GSM8K paper's model solutions). ``X`` runs to the end of its line or
-   sentence;
+3. the last answer phrase: ``The answer is[:] X``, ``Final answer: X``, ``Answer: X``,
+   ``# Answer`` then ``X`` on a later line (PRM800K), ``A: X`` at a line's start; ``X`` runs to
+   the end of its line or sentence;
 4. the last number in the text.
 
-The result is stripped of whitespace, a trailing period and ``$...$`` / ``\\(...\\)`` around it,
-but otherwise returned as written (``"1,000"`` stays ``"1,000"``); ``None`` when nothing is found.
+It strips whitespace, a trailing period and ``$...$`` / ``\\(...\\)``, nothing else (``"1,000"``
+stays); ``None`` when nothing is found.
 
-:func:`is_equivalent` decides whether two answers are the same: equal :func:`answer_key`
-values, or equal according to math-verify (Hugging Face's symbolic grader, which parses LaTeX
-and plain expressions into SymPy: ``\\frac{1}{2}``, ``0.5`` and ``1/2`` are equal). Either test
-suffices. ``None`` or an empty answer equals nothing, not even itself.
+:func:`is_equivalent`: equal :func:`answer_key` values, or equal by math-verify (Hugging Face's
+symbolic grader: ``\\frac{1}{2}``, ``0.5`` and ``1/2`` are equal). ``None`` or an empty answer
+equals nothing, not even itself. Errors and timeouts inside math-verify count as "not equal".
+math-verify's 5-second limit uses ``signal.alarm``, so it applies in the main thread only;
+elsewhere there is no limit (use a process pool for a hard one).
 
-:func:`normalize` is the string normalisation (in the spirit of Hendrycks et al.'s MATH grader):
-it unwraps ``\\boxed``, drops ``$``, spaces, ``\\left``/``\\right``, LaTeX spacing, units written
-as ``\\text{...}`` after a number, degrees and percent signs, a leading ``x =``, thousands
-commas and trailing decimal zeros, and rewrites ``\\dfrac``/``\\tfrac``, ``\\frac12``, ``\\sqrt2``
-and ``a/b``. Consequences to know: ``x=3`` equals ``3``, ``50\\%`` equals ``50``, and
-``5 \\text{ cm}`` equals ``5``.
+:func:`normalize` (in the spirit of Hendrycks et al.'s MATH grader) unwraps ``\\boxed``, drops
+``$``, spaces, ``\\left``/``\\right``, LaTeX spacing, ``\\text{...}`` units after a number,
+degree and percent signs, a leading ``x =``, thousands commas and trailing decimal zeros, and
+rewrites ``\\dfrac``/``\\tfrac``, ``\\frac12``, ``\\sqrt2`` and ``a/b``: so ``x=3``, ``50\\%`` and
+``3 \\text{ cm}`` equal ``3``, ``50`` and ``3``.
 
-:func:`answer_key` is the key for grouping answers in a majority vote. Numbers get a canonical
-form (``10.0`` -> ``10``, ``\\frac{1}{2}`` and ``1/2`` -> ``0.5``, ``\\frac{1}{3}`` -> ``1/3``);
-everything else gets :func:`normalize`. Equal keys mean equivalent answers, but equivalent
-answers can get different keys when they are not plain numbers (``x^2+1`` and ``1+x^2``,
-``\\frac{\\sqrt{2}}{2}`` and ``\\frac{1}{\\sqrt{2}}``) or when a decimal is rounded (``0.333``
-and ``\\frac{1}{3}``). Merge such groups with :func:`is_equivalent` where it matters.
-
-Threads: math-verify limits its parsing and comparison time with ``signal.alarm``, which works
-only in the main thread. prmkit passes its 5-second limit in the main thread and no limit in
-other threads (math-verify then logs a warning once); a caller that needs a hard limit off
-the main thread should use a process pool. Errors and timeouts inside math-verify count as
-"not equal" (the :func:`answer_key` test still applies).
+:func:`answer_key` groups a majority vote: plain numbers get a canonical form (``10.0`` ->
+``10``, ``\\frac{1}{2}`` -> ``0.5``, ``\\frac{1}{3}`` -> ``1/3``), anything else
+:func:`normalize`. Equal keys mean equivalent answers, not the converse (``x^2+1`` and
+``1+x^2``; ``0.333`` and ``\\frac{1}{3}``): merge groups with :func:`is_equivalent` where it
+matters.
 """
 
 from __future__ import annotations

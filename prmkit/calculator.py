@@ -1,35 +1,23 @@
 """A calculator's checks written into the steps a PRM reads (the step format's ``calculator``).
 
-A small language model cannot do arithmetic: SmolLM2-135M's own probability of a subtraction's
-stated result tells a right result from one off by 1, 2 or 10 with AUC 0.60 (the lab world,
-docs/lab.md), so no head on its states can see a wrong subtraction, and no amount of
-step labels teaches it in a CPU budget. A calculator can. Verifiers have read calculators
-since GSM8K: Cobbe et al. 2021 ("Training Verifiers to Solve Math Word Problems") annotate
-every calculation ``<<a*b=c>>``; Li et al. 2024 ("Tool-Augmented Reward Modeling", ICLR) give a
-reward model the outputs of tools, a calculator first, and find the largest gains on
-arithmetic. Here the tool runs before the model: :func:`annotate` finds each equation of a
-step whose left side is plain arithmetic and whose right side is a number, evaluates the left
-side exactly, and, where the stated number is not the value (rounded as stated), writes the
-value after it::
+Verifiers that read a calculator: Cobbe et al. 2021 ("Training Verifiers to Solve Math Word
+Problems") annotate every calculation; Li et al. 2024 ("Tool-Augmented Reward Modeling") give a
+reward model tool outputs. :func:`annotate` finds each equation of a step whose left side is
+plain arithmetic and whose right side is a number, evaluates the left side exactly, and writes
+the value after a stated number that is wrong (rounded as stated)::
 
     She gives away 3, so she has 11 - 3 = 9 shells.
     -> She gives away 3, so she has 11 - 3 = 9 [calculator: 8] shells.
 
-A right equation is left as it is, so a PRM trained with the calculator reads the same text as
-one without it wherever the arithmetic is right. The PRM still has to learn what a note means
-(it is trained on step labels, with the note in its input), and everything that is not
-arithmetic (the wrong operation for what the problem says, a wrong number carried on) is
-still its own to find. The note is a pure function of the step's text, so prefix sharing,
-search and the server read exactly what training read.
+A right equation is left as it is. The note is a pure function of the step's text, so training,
+prefix sharing, search and the server read the same text.
 
-What counts as an equation: ``LEFT = RIGHT`` where LEFT is the longest run of numbers joined
-by ``+ - * / × ÷ ·`` (or LaTeX ``\\times \\cdot \\div``), with parentheses, spaces and ``$``
-signs, holding at least one operator, and RIGHT is one number not followed by another
-operator or by ``%``. Numbers may have thousands commas (``1,200``) and decimals. A stated
-number passes when it is within half a unit of its last written digit of the value
-(``10 / 3 = 3.33`` and ``7 / 2 = 3`` pass, ``7 / 2 = 4.5`` does not). Anything else (a
-variable, a power, a percentage, an unbalanced parenthesis, a division by zero) is not
-checked.
+An equation is ``LEFT = RIGHT``: LEFT the longest run of numbers joined by ``+ - * / × ÷ ·``
+(or LaTeX ``\\times \\cdot \\div``), with parentheses, spaces and ``$``, holding an operator;
+RIGHT one number not followed by another operator or ``%``. Numbers may have thousands commas
+and decimals. A stated number passes within half a unit of its last written digit (``10 / 3 =
+3.33`` and ``7 / 2 = 3`` pass, ``7 / 2 = 4.5`` does not). Variables, powers, percentages,
+unbalanced parentheses and division by zero are not checked.
 """
 
 from __future__ import annotations

@@ -1,37 +1,22 @@
-"""Records spread over Ray workers, on one machine or many (``--ray auto|local|ADDRESS``): the
-one piece of distribution code that labelling (``prmkit label mc|judge``) and scoring
-(``prmkit score``, the evaluations that score) share.
+"""Records spread over Ray workers, on one machine or many (``--ray auto|local|ADDRESS``), for
+labelling (``prmkit label mc|judge``) and scoring (``prmkit score``, the evaluations that score).
 
-The driver starts ``workers`` Ray actors. Each loads its state once (``make_state()``: a policy,
-a PRM; a vLLM worker holds its model on its GPU for the whole run) and works through the batches
-it is sent with ``work(records, state)``, a generator that yields each record the moment it is
-finished. The caller chooses the batches (labelling: ``chunk`` records; scoring: whole groups, so
-prefix sharing still applies within a group). Every actor has two batches queued so it never
-waits for the driver. A batch is a Ray streaming generator: each record comes back as it ends
-and the caller appends it to its output at once (:func:`prmkit.label.job.run_job`,
-:func:`prmkit.scoring.score_records`), so a killed driver loses at most the records in flight
-and the rerun skips every finished record. ``work`` may also yield notes (anything that is not a
-:class:`~prmkit.records.Record`, e.g. a batch's accounting): they are passed to ``on_note``.
+The driver starts ``workers`` Ray actors; each loads its state once (``make_state()``: a policy,
+a PRM) and runs ``work(records, state)`` on the batches it is sent, a generator yielding each
+record as it finishes (and notes, anything not a :class:`~prmkit.records.Record`, passed to
+``on_note``). The caller chooses the batches (scoring: whole groups, so prefix sharing still
+applies). Each actor has two batches queued; records stream back as they end and the caller
+writes them at once, so a killed driver loses only the records in flight.
 
-Failures:
+Failures: a dead worker is replaced and its unreturned records sent again (a batch whose
+workers die ``MAX_DEATHS`` times ends the run); an error raised by ``work`` or ``make_state``
+ends the run at once. A cluster address that does not answer fails within ``PROBE_SECONDS``
+(:func:`probe`); workers the cluster cannot hold are refused before anything starts.
 
-* A worker whose process dies (killed, out of memory, its node lost) is replaced by a new actor
-  and the records of its batches that had not come back are sent again; a batch whose workers
-  die ``MAX_DEATHS`` times ends the run. An error raised by ``work`` or by ``make_state`` (a bad
-  record, a model that does not load) ends the run at once: a PrmkitError as itself.
-* Ray missing is a clear error naming the extra to install.
-* A cluster address is first probed (:func:`probe`): one that does not answer fails within
-  ``PROBE_SECONDS``, not after Ray's own minutes of retries. Workers that the cluster's CPUs or
-  GPUs cannot hold are refused before anything starts (they would wait for ever).
-
-Addresses: ``auto`` joins the Ray cluster running on this machine (``ray start --head`` on the
-head node, ``ray start --address=HEAD:6379`` on the others); ``local`` starts a private Ray
-instance for this run (one machine, as many CPUs as the workers reserve, shut down at the end);
-anything else is the address of a cluster (``HOST:6379`` or ``ray://HOST:10001``). prmkit and
-the model's dependencies must be installed on every node. If Ray is already initialised in this
-process (a notebook, a test), that instance is used.
-
-Ray is optional: ``pip install 'prmkit[ray]'``.
+Addresses: ``auto`` joins the cluster running on this machine (``ray start --head``); ``local``
+starts a private instance for this run; anything else is a cluster address (``HOST:6379`` or
+``ray://HOST:10001``), whose nodes must have prmkit and the model's dependencies installed. A
+Ray already initialised in this process is used. Ray is optional: ``pip install 'prmkit[ray]'``.
 """
 
 from __future__ import annotations
@@ -101,11 +86,9 @@ def probe(address: str, seconds: float = PROBE_SECONDS) -> None:
     """Fail within about ``seconds`` when nothing answers at the cluster address ``address``
     (``HOST:PORT`` or ``ray://HOST:PORT``) as a Ray cluster does; ``auto`` and ``local`` pass.
 
-    Both of Ray's ports (the GCS, 6379; the client server, 10001) are gRPC servers, and a gRPC
-    server answers any call over HTTP/2 with ``:status 200`` (an unknown method's error comes
-    in the trailers). So the probe makes one call by hand (:func:`_grpc_status`): a closed port,
-    a host that does not answer, and a proxy that answers for an absent host (404) all fail
-    here, where Ray itself retries for 20 s or more.
+    Both of Ray's ports are gRPC servers, which answer any HTTP/2 call with ``:status 200``, so
+    one call made by hand (:func:`_grpc_status`) tells a closed port, a silent host and a proxy
+    answering 404 for an absent host apart, where Ray itself retries for 20 s or more.
     """
     if address in ("auto", "local"):
         return

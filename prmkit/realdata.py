@@ -11,7 +11,7 @@ It runs on the public data in ``../shared/data`` and prints what it measured:
    Math-Shepherd format) in one pass and per prefix, in float32, and reports their largest
    difference and the speed ratio. The scores themselves say nothing about step quality;
 4. when the default PRM is installed, best-of-4 again on the first ``bon_problems`` GSM8K
-   problems, now also choosing by the PRM (min, prod, last of its step scores, bfloat16).
+   problems, also choosing by the PRM (min, prod, last of its step scores, bfloat16).
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def _one_pass_vs_per_prefix(pb: list[Record], score_n: int, output: str,
 
 def _best_of_4_with_the_default_prm(cands: list[Record], bon_problems: int, output: str,
                                     rows: list[tuple[str, str]]) -> None:
-    """4. best-of-4 again, now also choosing by the default PRM."""
+    """4. best-of-4 again, also choosing by the default PRM."""
     from prmkit.models.load import load_prm
     from prmkit.models.pypi import DEFAULT_PRM_DIR
     from prmkit.models.reading import HFConfig

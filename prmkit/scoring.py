@@ -1,22 +1,11 @@
 """Scoring records with a PRM, resumably: what ``prmkit score``, ``prmkit eval`` and the
-real-data demo share.
+real-data demo share (:func:`score_records`).
 
-:func:`score_records` sets ``step_scores`` (or, for an outcome model, ``meta.outcome_score``) on
-every record. With an output file the scored records are written as they finish to
-``OUT.partial`` and an interrupted run resumes there: a record already in the partial file with
-the same steps is not scored again. The PRM can be given as a function that opens it, called
-only when something is left to score (so a finished run loads no model), and before any output.
-
-With ``share_prefix`` (on in ``prmkit score`` and ``prmkit eval bestofn`` unless
-``--no-share-prefix``) the records that carry a ``group`` are scored with prefix sharing
-(:mod:`prmkit.models.sharing.prefix`: each group's common prefix read once, each candidate's suffix on
-its cache; the same scores as one pass, to float32 rounding), in chunks of whole groups.
-
-With ``ray`` (a :class:`prmkit.distributed.RayConfig`, ``--ray`` on the command line) the same
-batches (whole groups when sharing, else ``chunk`` records longest first) go to Ray workers that
-each open the PRM once (:mod:`prmkit.distributed`); the records are written as they come back
-and ``OUT`` is in input order. The settings do not include Ray: a run on workers resumes a local
-run's partial file and the other way round.
+Scored records go to ``OUT.partial`` as they finish and a rerun resumes there; the PRM is opened
+only when something is left to score. With ``share_prefix`` grouped records are scored in chunks
+of whole groups on their shared prefixes (:mod:`prmkit.models.sharing.prefix`); with ``ray``
+(:mod:`prmkit.distributed`) the same batches go to Ray workers, ``OUT`` in input order. Ray is
+not a setting: a run on workers resumes a local run's partial file and the other way round.
 """
 
 from __future__ import annotations

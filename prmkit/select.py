@@ -1,47 +1,31 @@
 """Choose one candidate solution per problem (best-of-N), and measure how often it is right.
 
-Candidates for the same problem share ``Record.group``; a record whose group is None is a
-group of its own (it never joins a named group, even one spelled like its id). :func:`select`
-returns one chosen record per group, in the order each group first appears in the input.
+Candidates for the same problem share ``Record.group``; a record whose group is None is a group
+of its own. :func:`select` returns one chosen record per group, in order of first appearance.
 
 Methods:
 
 ``prm-prod``, ``prm-min``, ``prm-last``, ``prm-mean``, ``prm-geomean``
-    Best-of-N by a PRM: the candidate whose ``step_scores``, aggregated with
-    :func:`prmkit.aggregate.aggregate`, score highest. Lightman et al. 2023, "Let's Verify Step
-    by Step", rank by the product and by the minimum; Wang et al. 2023, "Math-Shepherd", by the
-    minimum. Needs ``step_scores`` on every candidate (``prmkit score`` writes them).
+    The candidate whose ``step_scores``, aggregated (:func:`prmkit.aggregate.aggregate`), score
+    highest (Lightman et al. 2023, "Let's Verify Step by Step": product and minimum;
+    Math-Shepherd, Wang et al. 2023: minimum). Needs ``step_scores``.
 ``orm``
-    Best-of-N by an outcome reward model: the candidate with the highest
-    ``meta["outcome_score"]``, the ORM's one score for the whole solution (Cobbe et al. 2021).
+    The highest ``meta["outcome_score"]``, an outcome reward model's score (Cobbe et al. 2021).
 ``majority``
-    Self-consistency (Wang et al. 2022): the most frequent final answer wins. Answers are
-    grouped by :func:`prmkit.answers.answer_key`, so equivalent answers written differently
-    ("0.5", "\\frac{1}{2}") count together. A candidate's answer is ``Record.answer``; when that
-    is None it is extracted from the last step with :func:`prmkit.answers.extract_answer`.
-    Candidates with no answer (none given, none extracted, or a blank one) do not vote. The chosen record is the first candidate, in input
-    order, that gave the winning answer.
+    Self-consistency (Wang et al. 2022): the most frequent final answer, grouped by
+    :func:`prmkit.answers.answer_key`; ``Record.answer``, else extracted from the last step;
+    candidates without an answer do not vote. The first candidate with that answer is chosen.
 ``weighted-majority``
-    Verifier-weighted voting (Uesato et al. 2022; Li et al. 2023, "Making Language Models
-    Better Reasoners with Step-Aware Verifier"): each answer scores the sum of its candidates'
-    PRM scores, aggregated with ``weight_by`` (default ``prod``). The chosen record is the
-    highest-scoring candidate that gave the winning answer. Needs ``step_scores``.
+    Verifier-weighted voting (Uesato et al. 2022; Li et al. 2023): each answer scores the sum of
+    its candidates' PRM scores aggregated by ``weight_by``; its highest-scoring candidate is
+    chosen. Needs ``step_scores``.
 ``oracle``
-    Pass@N, the ceiling of any selector: the first correct candidate in input order, else the
-    first candidate. Needs ``is_correct`` on every candidate.
+    Pass@N: the first correct candidate, else the first. Needs ``is_correct``.
 
-Ties are broken deterministically:
-
-- best-of-N (``prm-*``, ``orm``): higher score, then earlier in input order;
-- ``majority``: more votes, then the answer that appears first in input order;
-- ``weighted-majority``: larger total score, then more votes, then first appearance; among
-  the winning answer's candidates, higher score, then earlier in input order;
-- a group in which no candidate has an answer: ``majority`` picks its first candidate,
-  ``weighted-majority`` its highest-scoring one.
-
-``prmkit eval bestofn`` applies the same rules to random draws of candidates, in the draw's
-order, so there a tie falls at random: its majority accuracy at N equal to a group's size can
-differ from this command's on the same file.
+Ties: best-of-N goes to the earlier candidate; ``majority`` to the answer that appears first;
+``weighted-majority`` to the larger total, then more votes, then first appearance. A group with
+no answer at all gets its first (``majority``) or highest-scoring (``weighted-majority``)
+candidate. ``prmkit eval bestofn`` breaks ties in each draw's random order instead.
 """
 
 from __future__ import annotations

@@ -1,68 +1,45 @@
 """The step format: the one component that turns (problem, steps) into token ids plus the
-positions where step scores are read.
-
-Every PRM has its own input convention, and most real PRM bugs come from training and inference
-formatting a solution differently. So training, scoring, search, labeling and the server all go
-through :func:`encode` here, and nowhere else builds PRM inputs.
+positions where step scores are read. Training, scoring, search, labelling and the server all go
+through :meth:`BoundFormat.encode`; nothing else builds PRM inputs (docs/formats.md).
 
 A format is data (:class:`StepFormat`), not code:
 
 * the **layout** of the text:
-    - ``text``: ``prefix`` (with ``{problem}``), then for each step ``step`` (with ``{step}``), with
-      ``between`` after every step but the last. Math-Shepherd, TRL and prmkit use this.
-    - ``chat``: the problem is the user turn of the tokenizer's own chat template (with an optional
-      system prompt), the steps follow in the assistant turn as in ``text``. Qwen2.5-Math-PRM.
-    - ``turns``: every step is a user turn and ``between`` is the assistant's reply, rendered with
-      the tokenizer's chat template. The first turn is ``first_turn`` (``{problem}``, ``{step}``).
-      RLHFlow.
-* the **reading rule**: scores are read at the last token of each step's piece (the tag):
-    - ``label-tokens``: a causal LM; the score is softmax over the logits of the ``positive`` and
-      ``negative`` tokens, taking ``positive`` (Math-Shepherd, RLHFlow);
-    - ``classes``: a per-token classification head; softmax over the classes, taking
-      ``positive_class`` (Qwen2.5-Math-PRM's 2-class head, TRL's token classification);
-    - ``value``: a one-logit head; the score is its sigmoid.
-    - ``hazard`` (with ``classes``; ``train prm --head hazard``): P(no error here) at every
-      token, step k's score their product up to its read position (``Reader``); ``surprisal``
-      adds the LM's surprise at each token (:mod:`prmkit.models.surprisal`).
-    - ``log-ratio``: a causal LM and its frozen reference (the implicit PRM,
-      :mod:`prmkit.models.backends.implicit`); step k's score comes from the token log ratios
-      log(pi/pi_ref) summed up to the end of step k, so the "read position" is the step's end.
-* the **label mapping** for training: label 1 -> ``positive`` token / class ``positive_class``,
-  label 0 -> ``negative`` token / the other class; a soft label p trains against [1-p, p].
-
-* the **tokenisation rule** (``tokenize``), the one the model's own recipe uses: two rules give
-  the same ids only on some tokenizers (SentencePiece gives every piece tokenised alone a leading
-  ``▁``; byte-level BPE splits a space or newline at a piece's end off on its own):
-    - ``whole``: the whole text in one tokenizer call (Math-Shepherd's ``tokenizer.encode(f"{q}
-      {output}")``, Qwen2.5-Math-PRM's whole chat text, RLHFlow's rendered conversation), read
-      (``read``) at every position whose id is the tag's (``tag-id``: Math-Shepherd, Qwen) or at
-      the token holding the last character of the step's piece (``end``, by the offset mapping:
-      RLHFlow's token before the assistant's ``+``); see :mod:`prmkit.wholetext`.
-    - ``pieces``: each piece tokenised on its own and the ids joined: the head, each step, the
-      step's ``tag`` (alone, when the format has one) and ``between``. TRL's ``tokenize_row``
-      (with ``bos="always"``: TRL puts ``bos_token_id`` first whenever the tokenizer has one), and
-      prmkit's own format (what its trained models saw). A saved format without the field is
-      ``pieces``, as every format was before the field existed.
-* ``strip``: each step's surrounding whitespace is stripped first (Math-Shepherd's data and
-  RLHFlow's recipe hold stripped steps; a trailing space would merge with the tag's).
+    - ``text``: ``prefix`` (with ``{problem}``), then ``step`` (with ``{step}``) per step, with
+      ``between`` after every step but the last (Math-Shepherd, TRL, prmkit);
+    - ``chat``: the problem is the user turn of the tokenizer's chat template (optional system
+      prompt), the steps follow in the assistant turn as in ``text`` (Qwen2.5-Math-PRM);
+    - ``turns``: every step is a user turn and ``between`` the assistant's reply; the first turn
+      is ``first_turn`` (``{problem}``, ``{step}``) (RLHFlow).
+* the **reading rule**, at the last token of each step's piece (the tag):
+    - ``label-tokens``: a causal LM; softmax over the ``positive`` and ``negative`` token logits,
+      taking ``positive``;
+    - ``classes``: a per-token classification head; softmax, taking ``positive_class``;
+    - ``value``: a one-logit head; its sigmoid;
+    - ``hazard`` (with ``classes``): P(no error here) at every token, step k's score their
+      product up to its read position; ``surprisal`` adds the LM's surprise at each token
+      (:mod:`prmkit.models.surprisal`);
+    - ``log-ratio``: the implicit PRM (:mod:`prmkit.models.backends.implicit`), token log ratios
+      log(pi/pi_ref) summed up to the end of step k (the read position is the step's end).
+* the **label mapping** for training: 1 -> ``positive`` token / ``positive_class``, 0 -> the
+  other; a soft label p trains against [1-p, p].
+* the **tokenisation rule** (``tokenize``), as the model's own recipe does it:
+    - ``whole``: the whole text in one tokenizer call, read (``read``) at every id equal to the
+      tag's (``tag-id``) or at the token holding the last character of the step's piece
+      (``end``, by the offset mapping); see :mod:`prmkit.wholetext`;
+    - ``pieces``: the head, each step, its ``tag`` and ``between`` tokenised apart and joined
+      (``bos="always"`` puts ``bos_token_id`` first, as TRL's ``tokenize_row``). A saved format
+      without the field is ``pieces``.
+* ``strip``: each step's surrounding whitespace is stripped first.
 * ``calculator``: each step's wrong equations get a note with their value (``= 9 [calculator:
-  8]``; :mod:`prmkit.calculator`), for a PRM that reads a calculator (``train prm --calculator``).
-* the **marker** put before each step (``marker``, with ``{n}`` the 1-based step number), unless
-  the step already starts with it: ``"Step {n}: "`` for Math-Shepherd, whose model was trained
-  on ``Step 1: ... ки\nStep 2: ... ки`` (the text its model card scores, and the text
-  ``prmkit convert --to math-shepherd`` writes).
+  8]``; :mod:`prmkit.calculator`).
+* ``marker``: put before each step (``{n}``: the 1-based step number) unless the step starts
+  with it (``"Step {n}: "`` for Math-Shepherd).
 
-Token ids are never hard-coded: :meth:`StepFormat.bind` looks them up in the tokenizer when the
-model loads, giving a :class:`BoundFormat`.
-
-Prefixes. Under ``pieces`` a solution's first k steps' ids prefix the whole solution's ids; under
-``whole`` a tokenizer may merge across the boundary (search checks, :mod:`prmkit.models.sharing.incremental`).
-
-Steps that hold the tag. A step whose text contains the format's tag (``ки``, ``<extra_0>``)
-would be read at the wrong places (Math-Shepherd's and Qwen's recipes read every tag id, so
-such a step is read twice). prmkit reads each step exactly once, at the tag it puts after the
-step, in training and in scoring alike (both go through :meth:`BoundFormat.encode`), and logs a
-warning that names the step and the start of its problem.
+:meth:`StepFormat.bind` looks token ids up in the tokenizer, giving a :class:`BoundFormat`.
+Under ``pieces`` a solution's first k steps' ids prefix the whole solution's ids; under
+``whole`` a tokenizer may merge across the boundary. A step holding the format's tag is read
+once, at the tag the format adds, with a warning.
 """
 
 from __future__ import annotations

@@ -1,47 +1,34 @@
 """Splitting a solution text into steps, and joining steps back into text.
 
-A PRM scores a solution step by step, so every text that enters prmkit (a generated solution,
-a dataset whose solutions are one string) is cut into steps by one of these rules:
+Rules:
 
 ``"blank-lines"``
-    Steps are separated by a blank line; the separator is ``"\\n\\n"``. A blank line is an
-    *empty* line: a line holding only spaces or tabs is not a step boundary, because the text
-    between two steps must be exactly the separator for the round trip to hold (replace such
-    lines with ``re.sub(r"(?m)^[ \\t]+$", "", text)`` first if they should count).
+    Steps are separated by an empty line; the separator is ``"\\n\\n"``. A line of spaces or
+    tabs is not a boundary (clean it first with ``re.sub(r"(?m)^[ \\t]+$", "", text)``).
 ``"lines"``
     Every line is a step; the separator is ``"\\n"``. Empty lines are not steps.
 ``"step-markers"``
-    A step starts at each line that begins with a marker such as ``Step 1:``, ``Step 2.``,
-    ``**Step 3:**``, ``## Step 4`` or ``- step 5)`` (case-insensitive; optional indentation,
-    ``#`` heading, list bullet and ``**`` / ``*`` / ``__`` emphasis before the word ``Step`` and a
-    number). The marker stays inside its step. The separator is ``"\\n"``: the line break just
-    before a marker line. Text before the first marker becomes a step of its own (an
-    introduction can be wrong and deserves a score) unless it is only whitespace, in which case
-    it is kept at the start of step 1. A text without markers is one step.
+    A step starts at each line that begins with a marker such as ``Step 1:``, ``**Step 3:**``,
+    ``## Step 4`` or ``- step 5)`` (case-insensitive; indentation, ``#``, a bullet and emphasis
+    allowed before ``Step`` and a number); the marker stays in its step and the separator is
+    the ``"\\n"`` before it. Text before the first marker is a step of its own unless it is only
+    whitespace (then it starts step 1). A text without markers is one step.
 ``"auto"``
-    ``"step-markers"`` if the text has at least 2 markers, else ``"blank-lines"`` if it has a
-    blank line (``"\\n\\n"`` between non-space text), else ``"lines"``. :func:`detect_rule` tells
-    which rule ``"auto"`` picks, so that the steps can be joined with the same rule.
+    ``"step-markers"`` with at least 2 markers, else ``"blank-lines"`` with a blank line, else
+    ``"lines"``; :func:`detect_rule` tells which, so the steps can be joined with that rule.
 
-What is kept where (the exact guarantee):
+Guarantees:
 
-* Whitespace is never dropped, so ``join_steps(split_steps(t, r), r) == t`` for every text
-  ``t`` that contains a non-whitespace character, for every rule ``r`` (for ``"auto"``, join
-  with ``detect_rule(t)``). A text that is empty or only whitespace has no steps: ``[]``.
-* Between two steps, the whitespace around a boundary is a *gap* (a maximal run of whitespace
-  that contains the separator). The separator is taken from the *end* of the gap: extra
-  whitespace before it (a third newline, trailing spaces) stays at the end of the previous
-  step, and whitespace after it (the indentation of the next line) starts the next step.
-  ``"a\\n\\n\\nb"`` splits by blank lines into ``["a\\n", "b"]``.
-* Leading whitespace of the text stays in the first step and trailing whitespace in the last
-  (``"a\\nb\\n"`` splits by lines into ``["a", "b\\n"]``). Use ``split_steps(text.strip())``
-  for steps without them.
-* A text is in a rule's *normal form* when it has no leading or trailing whitespace and every
-  gap is exactly the separator. Then every step is free of leading and trailing whitespace,
-  and conversely ``split_steps(join_steps(steps, r), r) == steps`` for steps that are
-  non-empty, stripped and hold no separator (for step-markers: each step but a first
-  introduction starts with a marker and none holds a marker line elsewhere).
-* Windows line breaks (``"\\r\\n"``) are not separators; convert them to ``"\\n"`` first.
+* ``join_steps(split_steps(t, r), r) == t`` for every text with a non-whitespace character and
+  every rule (``"auto"``: join with ``detect_rule(t)``); an empty or blank text gives ``[]``.
+* The separator is taken from the end of each gap (a run of whitespace holding it): whitespace
+  before it stays at the end of the previous step, whitespace after it starts the next
+  (``"a\\n\\n\\nb"`` by blank lines is ``["a\\n", "b"]``). The text's leading and trailing
+  whitespace stay in the first and last step.
+* For a text in normal form (no outer whitespace, every gap exactly the separator) every step
+  is stripped, and ``split_steps(join_steps(steps, r), r) == steps`` for non-empty, stripped
+  steps holding no separator (for step-markers: each but an introduction starts with a marker).
+* ``"\\r\\n"`` is not a separator; convert it to ``"\\n"`` first.
 """
 
 from __future__ import annotations

@@ -1,52 +1,30 @@
 """PRMBench: fine-grained step-level error detection, per error category.
 
 Song et al. 2025, "PRMBench: A Fine-grained and Challenging Benchmark for Process-Level Reward
-Models", arXiv:2501.03124. The definition implemented here is the benchmark's own code,
-github.com/ssmisya/PRMBench: ``mr_eval/tasks/prmtest_classified/task.py``
-(``evaluate_function`` and ``eval_on_hallucination_step``) and the PRMScore of
-``mr_visualize/eval_res_view/draw_tabs/form_latex_strs.ipynb``
-(``get_prmscore_from_current_res_dict``).
+Models", arXiv:2501.03124. The definition is the benchmark's own code, github.com/ssmisya/
+PRMBench: ``mr_eval/tasks/prmtest_classified/task.py`` (``evaluate_function``,
+``eval_on_hallucination_step``) and the PRMScore of ``mr_visualize/eval_res_view/draw_tabs/
+form_latex_strs.ipynb`` (``get_prmscore_from_current_res_dict``).
 
-Each sample is a solution (``modified_process``) into which errors were injected at
-``error_steps`` (1-based). Only ``modified_process`` is shown to the model; reading with
-``prmkit.formats.read("prmbench", ...)`` guarantees it.
+Each sample is a solution (``modified_process``, the only text the model sees) with errors
+injected at ``error_steps`` (1-based). Per step, the model judges it **valid** when its score is
+**above** the threshold (0.5, as mr_eval's models); the gold label is positive (correct) unless
+the step is in ``error_steps``, also after the first error. TP = correct judged valid, FN =
+correct judged invalid, TN = error judged invalid, FP = error judged valid; unscored steps and
+error steps past the solution's end are not counted.
 
-Per step:
+Per category (circular, confidence, counterfactual, deception, domain_inconsistency,
+missing_condition, redundency, step_contradiction, multi_solutions), over the summed counts:
+``f1`` = 2TP / (2TP + FP + FN), ``negative_f1`` = 2TN / (2TN + FN + FP), ``prmscore`` = 0.5 *
+f1 + 0.5 * negative_f1 (``f1`` alone for ``multi_solutions``, which has no error steps). The
+overall PRMScore uses the counts summed over every category; the paper's groups (simplicity,
+soundness, sensitivity) are plain means of their categories' PRMScores. All in percent. Also
+per category, as mr_eval: ``first_error_acc``, ``correct_step_acc``, ``wrong_step_acc``,
+``total_step_acc``.
 
-- the model says the step is **valid** when its score is **above** the threshold (``score >
-  threshold``, 0.5 by default, as ``step_level_validity_labels`` in mr_eval's models);
-- the gold label is **positive** (a correct step) unless the step is in ``error_steps``; every
-  other step, also after the first error, counts as correct;
-- TP = correct step judged valid, FN = correct step judged invalid, TN = error step judged
-  invalid, FP = error step judged valid. Steps without a score (null, e.g. past the model's
-  maximum length) are not counted; neither are error steps past the end of the solution.
-
-Per category (the ``classification``: circular, confidence, counterfactual, deception,
-domain_inconsistency, missing_condition, redundency, step_contradiction, multi_solutions), the
-confusion counts are summed over all its steps, then:
-
-- ``f1`` = F1 of the positive class (correct steps) = 2TP / (2TP + FP + FN);
-- ``negative_f1`` = F1 of the negative class (error steps) = 2TN / (2TN + FN + FP);
-- ``prmscore`` = 0.5 * f1 + 0.5 * negative_f1 (for ``multi_solutions``, which has no error
-  steps, ``prmscore`` = f1, as in the paper's table).
-
-The overall PRMScore is the same formula on the confusion counts summed over every category
-(not the mean of the categories). The paper's three groups (simplicity: redundency, circular;
-soundness: counterfactual, step_contradiction, domain_inconsistency, confidence; sensitivity:
-missing_condition, deception, multi_solutions) are the plain means of their categories'
-PRMScores. All values are percentages.
-
-Where prmkit differs from mr_eval, and why:
-
-- an F1 with nothing to count (2TP + FP + FN = 0) is null here; mr_eval writes -1 and then
-  clips a negative PRMScore to 0. A PRMScore with one F1 null is the other F1;
-- mr_eval also scores ``original_process`` as a pseudo-category ``correct``, used only for its
-  ``similarity`` metric and not in any PRMScore. Showing ``original_process`` to the model is
-  exactly what prmkit never does, so that category and ``similarity`` are not reported.
-
-Also reported per category, as mr_eval computes them: ``first_error_acc`` (the first error step
-judged invalid), ``correct_step_acc``, ``wrong_step_acc``, ``total_step_acc`` (step-level
-accuracies pooled over the category's steps).
+Unlike mr_eval, an F1 with nothing to count is null (mr_eval writes -1 and clips a negative
+PRMScore to 0), and a PRMScore with one F1 null is the other; ``original_process`` and its
+``similarity`` metric are not reported, since the model is never shown ``original_process``.
 """
 
 from __future__ import annotations

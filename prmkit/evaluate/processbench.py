@@ -3,40 +3,20 @@
 Zheng et al. 2024, "ProcessBench: Identifying Process Errors in Mathematical Reasoning",
 arXiv:2412.06559 (github.com/QwenLM/ProcessBench, ``code/run_eval_prm_*.py``).
 
-Each sample is a solution with ``label``, the 0-based index of its first wrong step, or -1 when
-every step is correct. A PRM predicts the first error as **the first step whose score is below
-the threshold**, or -1 when no step is (:func:`predicted_first_error`). Per split (gsm8k, math,
-olympiadbench, omnimath):
+Each sample's ``label`` is the 0-based index of its first wrong step, or -1. A PRM predicts
+**the first step scored below the threshold**, or -1 (:func:`predicted_first_error`); a null
+score never predicts an error. Per split (gsm8k, math, olympiadbench, omnimath), in percent:
+``error_acc`` (samples with ``label != -1`` predicted exactly), ``correct_acc`` (samples with
+``label == -1`` predicted -1), ``f1`` (their harmonic mean) and ``n``. ``average_f1`` is the
+plain mean of ``f1`` over the splits, as the paper reports it.
 
-``error_acc``
-    the percentage of samples with ``label != -1`` whose predicted index equals the label;
-``correct_acc``
-    the percentage of samples with ``label == -1`` predicted as -1;
-``f1``
-    the harmonic mean ``2 * error_acc * correct_acc / (error_acc + correct_acc)``;
-``n``
-    the number of samples (``n_error`` + ``n_correct``).
+Where the paper's code divides by zero, prmkit defines: an accuracy with no samples is null, and
+so is ``f1``; both accuracies 0 give ``f1 = 0``; ``average_f1`` averages the splits whose ``f1``
+is not null (``average_over``), null when there is none.
 
-``average_f1`` is the plain mean of ``f1`` over the splits present, as the paper reports it.
-Every value is a percentage from 0 to 100.
-
-Edge cases (the paper's code divides by zero in all of them; prmkit defines them):
-
-- a split with no error samples has ``error_acc = null``, and so ``f1 = null``; likewise a
-  split with no correct samples has ``correct_acc = null`` and ``f1 = null``;
-- an empty split has ``n = 0`` and every metric null;
-- ``error_acc = correct_acc = 0`` gives ``f1 = 0`` (the limit of the harmonic mean);
-- ``average_f1`` is the mean over the splits whose ``f1`` is not null (listed in the results as
-  ``average_over``), and null when there is none.
-
-Step scores that are null (a step the model did not score, e.g. past its maximum length) are
-never below the threshold: they do not predict an error.
-
-Threshold calibration (``--calibrate-on SPLIT``, as the paper did for PRMs that output a scalar):
-F1 on that split only changes where the threshold crosses a score, so the candidates are the
-midpoints between consecutive distinct scores of the split, plus the lowest score (no step
-flagged) and the smallest float above the highest (every first step flagged). The lowest
-candidate with the highest F1 wins, so the result is deterministic.
+``--calibrate-on SPLIT`` (as the paper does for PRMs that output a scalar) tries as thresholds
+the midpoints between consecutive distinct scores of that split, the lowest score and the
+smallest float above the highest; the lowest threshold with the highest F1 wins.
 """
 
 from __future__ import annotations

@@ -2,38 +2,24 @@
 
 Source: Wang et al., "Math-Shepherd: Verify and Reinforce LLMs Step-by-step without Human
 Annotations" (2023), dataset ``peiyi9979/Math-Shepherd``; OpenRLHF's ``ProcessRewardDataset``
-(``--placeholder_token ки --reward_tokens + -``).
-
-JSONL, one solution per line::
+(``--placeholder_token ки --reward_tokens + -``). JSONL, one solution per line::
 
     {"input": "QUESTION Step 1: ... ки\\nStep 2: ... The answer is: 13520 ки",
      "label": "QUESTION Step 1: ... +\\nStep 2: ... The answer is: 13520 -",
      "task": "GSM8K"}
 
-``input`` is the question, one space, then the steps; each step ends with the tag " ки" and
-the next one starts on a new line. ``label`` is the same text with each tag ``ки`` replaced by
-``+`` (correct) or ``-`` (wrong). OpenRLHF variant: ``label`` (or ``value``) is a list with one
-entry per tag, either ``"+"``/``"-"`` or a float in [0, 1] (soft, Monte-Carlo estimated).
+``label`` is ``input`` with each tag ``ки`` replaced by ``+`` or ``-``; in the OpenRLHF variant
+``label`` (or ``value``) is a list with one ``"+"``/``"-"`` or float in [0, 1] per tag.
 
-Reading:
+Reading: one step per tag, stripped, keeping its ``Step k:`` prefix (so writing the record back
+gives the original bytes); the problem is cut from the first chunk at its last ``Step 1:``, else
+at its first line (a one-line chunk without a marker is an error). ``+`` -> 1.0, ``-`` -> 0.0,
+floats kept. ``answer``: what follows ``The answer is:`` in the last step. Other fields go to
+``meta``. Id: ``id``, else ``math-shepherd-N`` (N = line number - 1).
 
-* steps: the text between tags, stripped of the surrounding whitespace. The step text is kept
-  exactly as in the source, *including* its ``Step k:`` prefix: that is what Math-Shepherd's PRM
-  was trained on, the ``math-shepherd`` step format reproduces the input from it, and writing
-  the record back gives the original ``input`` and ``label`` byte for byte.
-* problem: the first tag-delimited chunk holds the problem and the first step. It is split at
-  the last ``Step 1:`` in that chunk; without that marker, the first line is the problem (the
-  rest of the chunk is step 1); a one-line chunk without a marker is an error.
-* labels: ``+`` -> 1.0, ``-`` -> 0.0 (floats kept as they are), in the order of the tags; there
-  are exactly as many steps as tags. ``answer``: what follows ``The answer is:`` in the last
-  step, if present. ``task`` and any other field go to ``meta``. Id: ``id`` if present, else
-  ``math-shepherd-N`` (N = line number - 1).
-
-Writing: ``input = problem + " " + " ки\\n".join(steps) + " ки"``. A step that does not start
-with its ``Step k:`` marker gets one (the reader needs ``Step 1:`` to find where the problem
-ends). The labels go out as chosen by the ``math_shepherd_labels`` option: ``text`` (the
-original layout, ``label >= soft_threshold`` -> ``+``), ``tokens`` (a list of ``+``/``-``) or
-``floats`` (a list of the float labels). An unlabelled step is an error.
+Writing: ``input = problem + " " + " ки\\n".join(steps) + " ки"``, a ``Step k:`` marker added to a
+step without one; labels as ``math_shepherd_labels`` says: ``text`` (``label >= soft_threshold``
+-> ``+``), ``tokens`` (a list of ``+``/``-``) or ``floats``. An unlabelled step is an error.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """PRM800K: human step labels from "Let's Verify Step by Step".
 
 Source: Lightman et al., "Let's Verify Step by Step" (2023), github.com/openai/prm800k
-(``prm800k/data/phase{1,2}_{train,test}.jsonl``).
-
-Two layouts are read; :func:`read` tells them apart by the columns (a table, see
-:mod:`prmkit.tables`, without a ``label`` column is the one-row-per-step layout):
-
-* the raw nested JSONL (or the same rows as a table), handled here (one session per line)::
+(``prm800k/data/phase{1,2}_{train,test}.jsonl``). :func:`read` tells the two layouts apart by the
+columns: the one-row-per-step parquet (a table without ``label``) is
+:mod:`prmkit.formats.prm800k_stepwise`; the raw nested JSONL (or the same rows as a table) is
+read here, one labelling session per line::
 
     {"labeler": "...", "timestamp": "...", "generation": null,
      "is_quality_control_question": false, "is_initial_screening_question": false,
@@ -15,35 +13,19 @@ Two layouts are read; :func:`read` tells them apart by the columns (a table, see
                           "human_completion": null, "chosen_completion": 0}, ...],
                "total_time": 293250, "finish_reason": "solution"}}
 
-* the one-row-per-step parquet layout, in :mod:`prmkit.formats.prm800k_stepwise`.
+The record is the path the labeller followed: each step's chosen completion, else the human
+one. At a step with neither, labelling stopped: its first completion rated -1 becomes the final,
+wrong step, else the path ends before it; a step with no completions ends it too. Steps after
+the end must be empty. A session with no step is an error, or skipped with a warning under
+``skip_empty``. With ``prm800k_alternatives``, also one record per rated completion off the
+path (the path up to it, then it; id ``ID-s{step}c{completion}``, ``meta.alternative``), as
+TRL's ``trl-lib/prm800k``; in phase 1 the wrong steps are almost all among these.
 
-At each step a labeller rated several candidate completions (-1 bad, 0 neutral, +1 good) and
-either chose one to continue (``chosen_completion``) or wrote their own
-(``human_completion``, unrated). The record is the solution path the labeller followed:
-
-* each step's chosen completion; the human completion when none was chosen;
-* a step with neither is where labelling stopped: its first completion rated -1 becomes the
-  final, wrong step (so the error the labeller found is in the record, as PRM800K's own
-  convention ends the trajectory there); without a -1 completion the path ends before that
-  step. A step with no completions at all (e.g. after ``give_up``) ends the path too. Steps
-  after the end must be empty, else the line is an error. A session with no step on its path
-  is an error, or left out with a warning under ``skip_empty``.
-* with ``prm800k_alternatives``, also one record per rated completion off the path: the path
-  up to that step, then the alternative as the last step (id ``ID-s{step}c{completion}``,
-  ``meta.alternative = [step, completion]``), as TRL's ``trl-lib/prm800k`` does. In phase 1
-  the labellers continued with a good or a human-written step, so the paths hold almost no
-  wrong step: the wrong steps are among the alternatives.
-
-Labels: rating -1 -> 0.0, +1 -> 1.0, 0 -> ``prm800k_neutral`` (default 1.0, as Let's Verify
-counted neutral steps as correct; 0.0 or null are the alternatives); an unrated (human) step
--> null. reference = ``ground_truth_answer``; answer = the text after ``# Answer`` in the last
-step, if there. ``meta``: labeler, timestamp, generation, finish_reason, total_time, the two
-screening flags, and the other ``question`` fields (phase 2: ``pre_generated_*``,
-``ground_truth_solution``). Id: ``id`` if present, else ``prm800k-N`` (N = line number - 1).
-
-Writing: the raw nested JSONL layout, one completion per step with ``chosen_completion`` 0 and
-rating 1 for a label >= ``soft_threshold``, -1 below it, null when unlabelled. The parquet
-layout is not written.
+Labels: -1 -> 0.0, +1 -> 1.0, 0 -> ``prm800k_neutral`` (default 1.0, as Let's Verify), unrated
+(human) -> null. reference = ``ground_truth_answer``; answer = the text after ``# Answer`` in
+the last step. ``meta``: the labelling session's other fields. Id: ``id``, else ``prm800k-N`` (N = line
+number - 1). Writing: the raw layout, one completion per step, rating 1 for a label >=
+``soft_threshold``, -1 below, null unlabelled.
 """
 
 from __future__ import annotations

@@ -1,48 +1,34 @@
 """PRM800K in the one-row-per-step parquet layout ("stepwise critic").
 
-Source: the PRM800K labels of Lightman et al., "Let's Verify Step by Step" (2023), as laid out
-by github.com/xhghhh/Enhancing-PRM800K (``phase1_{train_plus,test}.stepwise-critic.parquet``).
-Read through :mod:`prmkit.formats.prm800k`, which picks this layout for ``.parquet`` files.
-Needs pyarrow (``pip install 'prmkit[data]'``), imported only here.
+Source: the PRM800K labels of Lightman et al. (2023) as laid out by
+github.com/xhghhh/Enhancing-PRM800K (``phase1_{train_plus,test}.stepwise-critic.parquet``).
+Read through :mod:`prmkit.formats.prm800k`; needs pyarrow (``pip install 'prmkit[data]'``).
 
 One row per rated candidate step::
 
     instruction            the problem
     responses              list of the earlier steps of the solution being labelled
     next_response          the candidate step being rated
-    answer                 the candidate's final answer, when it gives one (the text after
-                           "# Answer", which is cut from next_response)
+    answer                 the candidate's final answer (cut from next_response), if any
     is_human_response      written by the labeller (unrated)
     is_solution            the step that finished the solution
     is_preferred_response  the step the labeller continued with (at most one per position)
     rating                 1 good, 0 neutral, -1 bad, null unrated
-    error_reason           (train file only) an annotation of why a step is wrong
+    error_reason           (train file only) why a step is wrong
 
-Rows come in file order, one labelling session after another, each session step by step:
-all candidates for position k share the same ``responses``, and the rows of position k + 1
-have ``responses`` = those of position k plus the preferred ``next_response``. A session
-starts at a row with no earlier steps after the previous one is done (a new problem, a
-restart with ``responses == []``, or a second preferred row for the same position).
+Rows come session after session, step by step: the rows of position k + 1 have ``responses`` =
+those of position k plus the preferred ``next_response``. A session starts at a row with no
+earlier steps once the previous one is done (a new problem, a restart, or a second preferred
+row for one position). A row that continues no session is an error naming the file, row and
+column.
 
-One record per session, the same rule as the raw layout: the preferred row at each position
-(a human row when the labeller wrote the step); where the session stops without a preferred
-row, its first row rated -1 becomes the final, wrong step; unrated alternatives at the end are
-not steps. A session with no step to keep (only unrated rows: 3 in the test file, 12 in the
-train file) is an error, or left out with a warning under ``skip_empty``. With
-``prm800k_alternatives``, also one record per rated row off the path: the path up to its
-position, then that row (id ``prm800k-rN-rowM``, ``meta.alternative = M``). The paths of this
-phase-1 data hold no step rated -1 or 0 (the preferred rows are all rated +1 or human), so the
-wrong steps are only among the alternatives.
-
-Labels as in the raw layout (-1 -> 0, +1 -> 1, 0 -> ``prm800k_neutral``, null -> null).
-answer = the last step's ``answer``; there is no ground-truth column, so no reference.
-Id ``prm800k-rN`` (N = the labelling session's first row, from 0); group ``prm800k-pK`` (K = the
-problem's order of first appearance), so the records of one problem share a group. ``meta``:
-rows (first and last row of the labelling session), n_alternatives (rated rows off the path),
-is_solution (of the last step), error_reason (per step, train file only, when any is set).
-
-Every row belongs to exactly one session, so a row that continues no session is an error
-naming the file, the row (from 0) and the column.
+One record per session, by the raw layout's rule (the preferred row at each position; where the
+session stops without one, its first row rated -1 ends it). A session with no step to keep is
+an error, or skipped under ``skip_empty``. With ``prm800k_alternatives``, also one record per
+rated row off the path (id ``prm800k-rN-rowM``, ``meta.alternative = M``). Labels as in the raw
+layout; answer = the last step's ``answer``; no reference. Id ``prm800k-rN`` (N = the labelling session's
+first row), group ``prm800k-pK`` (K = the problem's order of appearance). ``meta``: rows,
+n_alternatives, is_solution, error_reason.
 """
 
 from __future__ import annotations

@@ -1,36 +1,25 @@
 """The generator protocol: the seam between policy models and everything that samples solutions.
 
-A generator turns prompts (plain strings, already formatted for the model by
-:mod:`prmkit.generate.prompts`) into sampled completions:
-
     generate(prompts, n, stop, max_tokens, temperature, top_p, seed) -> list[list[Completion]]
 
-``result[i][k]`` is sample ``k`` of prompt ``i``. Every backend (``hf``, ``llamacpp``, ``vllm``,
-``openai``, the scripted ``fake``) follows the same rules, so search and labeling code never
-asks which one it has:
+``result[i][k]`` is sample ``k`` of prompt ``i`` (prompts already formatted by
+:mod:`prmkit.generate.prompts`). Every backend (``hf``, ``llamacpp``, ``vllm``, ``openai``,
+``fake``) follows the same rules:
 
-* **Stop strings are kept.** A completion that ends at a stop string ends *with* it, cut right
-  after the first occurrence of any stop string in the generated text (vLLM's
-  ``include_stop_str_in_output=True``). This is what step-wise continuation needs: the step
-  separator stays in the step, so prompt + completion is exactly what the model wrote.
-* **finish_reason** is ``"stop"`` (a stop string ended it; :attr:`Completion.stop` says which),
-  ``"eos"`` (the model ended its text: an end-of-sequence or end-of-turn token, which is not
-  part of ``text``) or ``"length"`` (``max_tokens`` ran out).
-* **Token counts**: ``n_tokens`` counts every sampled token, the final end token and the token
-  that completed a stop string included (as vLLM and OpenAI's ``usage`` count them);
-  ``prompt_tokens`` counts the prompt.
-* **Seeds**: with an integer ``seed``, sample ``k`` of a prompt is drawn from its own random
-  stream, seeded by :func:`sample_seed` from ``(seed, prompt text, k)``. A sample therefore
-  does not depend on which other prompts share the call, their order, or on ``n``: the first
-  4 samples of ``n=8`` are the samples of ``n=4``. That makes a killed and resumed job
-  reproduce an uninterrupted one. (Bit-for-bit equality also needs the same floating-point
-  computation: the HF backend gets it when the batch holds the same prompts, which
-  ``prmkit generate`` guarantees; see :mod:`prmkit.generate.run`.) ``seed=None`` draws fresh
-  randomness.
-* ``temperature=0`` is greedy decoding (all ``n`` samples are then the same).
+* **stop strings are kept**: a completion is cut right after the first stop string, which it
+  ends with, so prompt + completion is exactly what the model wrote;
+* **finish_reason** is ``"stop"`` (:attr:`Completion.stop` says which), ``"eos"`` (an end token,
+  not part of ``text``) or ``"length"``;
+* ``n_tokens`` counts every sampled token, end token and stop-completing token included (as
+  vLLM and OpenAI's ``usage``); ``prompt_tokens`` the prompt;
+* **seeds**: sample ``k`` of a prompt has its own stream seeded by :func:`sample_seed` from
+  ``(seed, prompt text, k)``, so it does not depend on the other prompts, their order or ``n``,
+  and a resumed job reproduces an uninterrupted one (bit for bit where the floating-point
+  computation is the same: :mod:`prmkit.generate.run`); ``seed=None`` draws fresh randomness;
+* ``temperature=0`` is greedy decoding.
 
-Step-wise continuation (:func:`prmkit.generate.prompts.next_steps`) is built on ``generate``
-with the step separator as a stop string, so every backend supports it without extra code.
+Step-wise continuation (:func:`prmkit.generate.prompts.next_steps`) is ``generate`` with the step
+separator as a stop string.
 """
 
 from __future__ import annotations

@@ -1,28 +1,19 @@
 """Sample completions with any Hugging Face causal LM (transformers), on CPU or GPU.
 
-Targets the transformers forward API with a KV cache (``model(input_ids, attention_mask,
-position_ids, cache=DynamicCache, use_cache=True)``; ``past_key_values`` before 5.x), not
-``model.generate``: the sampling loop is our own, for three reasons.
+The sampling loop is prmkit's own, on the transformers forward with a KV cache, not
+``model.generate``:
 
-* **Seeds per sample.** ``generate`` draws from the global torch RNG, so a sample depends on
-  everything else in the batch. Here every row (sample ``k`` of a prompt) has its own
-  ``torch.Generator`` seeded by :func:`prmkit.generate.base.sample_seed`.
-* **Exact stop strings, per row.** Each row's text is decoded as it grows and cut right after
-  the first stop string, which is kept. A finished row leaves the batch (its cache rows are
-  dropped), so short completions cost nothing while long ones finish.
-* **One prefill per prompt.** The ``n`` samples of a prompt share its prompt: the prompt is
-  encoded once and its cache repeated ``n`` times.
-* **Prompts share prefills too.** A prompt decoded alone in its batch (``n`` at least the
-  batch size, as in Monte Carlo labeling) prefills only the ids after the longest run it
-  shares with a recently kept prompt (:mod:`prmkit.generate.prefixcache`, ``prefix_cache``).
+* every row (sample ``k`` of a prompt) has its own ``torch.Generator`` seeded by
+  :func:`prmkit.generate.base.sample_seed` (``generate`` draws from the global RNG);
+* each row is cut right after its first stop string, which is kept, and a finished row leaves
+  the batch;
+* a prompt is prefilled once for its ``n`` samples, and a prompt alone in its batch prefills
+  only what it does not share with a recently kept prompt (:mod:`prmkit.generate.prefixcache`).
 
-Batches: prompts are sorted by length, then packed ``batch_size // n`` prompts to a batch (one
-prompt per batch, in chunks of ``batch_size`` samples, when ``n >= batch_size``). Prompts are
-left-padded with an attention mask and position ids that skip the padding.
-
-Numerics: bfloat16 by default (about 4x faster than float32 on CPU). In bfloat16 the logits of
-a prompt depend slightly on what else is in its batch, so two calls that batch a prompt with
-different neighbours can sample different tokens; use ``dtype="float32"`` for comparisons.
+Prompts are sorted by length and packed ``batch_size // n`` to a batch (one prompt in chunks of
+``batch_size`` samples when ``n >= batch_size``), left-padded with position ids that skip the
+padding. ``dtype="auto"`` is bfloat16 where the hardware has it, else float32. In bfloat16 a
+prompt's logits depend slightly on its batch neighbours; use float32 for comparisons.
 """
 
 from __future__ import annotations
@@ -102,12 +93,9 @@ class HFGenerator:
         return encode_prompt(self.tokenizer, text)
 
     def decode(self, ctx: list[int], ids: list[int]) -> str:
-        """The text of ``ids`` as it reads after the prompt.
-
-        Decoding a continuation on its own can drop a leading space (SentencePiece decoders
-        strip it at the start of a text), so it is decoded after the prompt's last ordinary
-        token ``ctx`` and that token's text is cut off again.
-        """
+        """The text of ``ids`` as it reads after the prompt: decoded after the prompt's last
+        ordinary token ``ctx``, whose text is cut off again (SentencePiece decoders strip a
+        leading space at the start of a text)."""
         kw = dict(skip_special_tokens=True, clean_up_tokenization_spaces=False)
         if ctx:
             head = self.tokenizer.decode(ctx, **kw)

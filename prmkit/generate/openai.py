@@ -1,62 +1,35 @@
 """Sample completions from any OpenAI-compatible server over HTTP (standard library only).
 
-Targets the completions endpoint of the OpenAI API, ``POST {base_url}/completions`` (base_url
-like ``http://host:8000/v1``), as vLLM (``vllm serve``), llama.cpp (``llama-server``), SGLang
-and TGI serve it. Request body::
+``POST {base_url}/completions`` (base_url like ``http://host:8000/v1``), as vLLM, llama.cpp's
+``llama-server``, SGLang and TGI serve it, with body ``{"model", "prompt", "n": 1, "max_tokens",
+"temperature", "top_p", "seed", "stop", "include_stop_str_in_output": true}``; the prompt is
+prmkit's own string (chat template applied). Each sample is its own request (``n=1``) with its
+own seed (:func:`prmkit.generate.base.sample_seed`), so token counts come from ``usage`` and
+samples do not depend on each other; at most ``concurrency`` requests run at a time.
 
-    {"model", "prompt", "n": 1, "max_tokens", "temperature", "top_p", "seed", "stop",
-     "include_stop_str_in_output": true}
+prmkit keeps the stop string in the text: it is taken from the text's end, ``stop_reason``
+(vLLM), ``matched_stop`` (SGLang) or ``stopping_word`` (llama.cpp), and appended when the server
+left it out (``extra={}`` drops ``include_stop_str_in_output`` for a server that rejects unknown
+fields). Servers that cut it unnamed (llama-cpp-python's server, OpenAI's API) report a stop
+string and the end token alike as ``"stop"``; ``stop_strings`` says how to read it:
 
-Response: ``choices[0].text`` and ``finish_reason`` ("stop" / "length"), ``usage``
-(``prompt_tokens``, ``completion_tokens``). The prompt is a string built by prmkit (the chat
-template already applied), so no chat endpoint is involved.
+* ``reported``: an unexplained ``"stop"`` is an end of text (on a stripping server this ends
+  every step-wise continuation after its first step);
+* ``stripped``: it is the first stop string sent, the step separator; exact when every other
+  stop string begins with the first (as prmkit's prompt styles send them), else a warning. The
+  model's end token after some text is misread as the separator, so the solution asks for one
+  more step. An empty text from zero generated tokens is an end of text;
+* ``logprobs``: as ``stripped``, but the stop string is found in the returned ``logprobs``
+  tokens; exact, end of text included, and much slower on llama-cpp-python;
+* ``auto`` (default): the first call with stop strings asks the server with two greedy requests
+  (one token, then the same with that token's text as stop string): the text back or a named
+  stop means ``reported``, an empty text with an unexplained ``"stop"`` ``stripped``, anything
+  else ``reported`` with a warning. The two count in ``requests_sent``.
 
-Every sample is its own request (``n=1``) with its own seed from
-:func:`prmkit.generate.base.sample_seed`: per-sample token counts come straight from ``usage``,
-a sample does not depend on the rest of the call, and servers without ``n > 1`` work too.
-Requests run in parallel, at most ``concurrency`` at a time.
-
-Stop strings. prmkit keeps the stop string in the text. The request asks for that with vLLM's
-``include_stop_str_in_output`` (other servers ignore the field; turn it off with
-``extra={}`` for a server that rejects unknown fields). The matched stop string is taken, in
-this order, from the text's end, from ``stop_reason`` (vLLM), ``matched_stop`` (SGLang) or
-``stopping_word`` (llama.cpp's ``llama-server``), and appended when the server left it out.
-
-Some servers cut the stop string and say nothing of it: llama-cpp-python's
-``llama_cpp.server`` (0.3.36 answers ``text``, ``index``, ``logprobs``, ``finish_reason`` and
-nothing more) and OpenAI's own API. There a ``"stop"`` that nothing explains is either a stop
-string or the model's end token (llama-cpp-python reports both as ``"stop"``), and
-``stop_strings`` (``--stop-strings``) says how to read it:
-
-* ``reported``: the server keeps or names the matched stop string, so an unexplained
-  ``"stop"`` is an end of text (``finish_reason "eos"``). On a stripping server this ends
-  every step-wise continuation after its first step.
-* ``stripped``: an unexplained ``"stop"`` is the *first* stop string sent, the step separator
-  in step-wise continuation (:func:`prmkit.generate.stepwise.next_steps` sends it first). That
-  is exact when each other stop string begins with the first, as prmkit's prompt styles send
-  them (``"\\n"``, then ``"\\n\\n"`` and ``"\\nQuestion:"``): wherever another one ends, the
-  first has ended already, so it is the one any server stops at. Otherwise (few-shot with
-  ``--step-rule blank-lines`` sends ``"\\n\\n"``, ``"\\n\\n\\n"``, ``"\\nQuestion:"``) another one
-  can be read as the first, and a warning says so. The model's own end token
-  after some text is misread as the separator (nothing in the answer tells them apart), so
-  the solution asks for one more step, where the model usually ends at once. An empty text
-  from zero generated tokens (``usage``) is an end of text: no stop string was written.
-* ``logprobs``: as ``stripped``, but every request with stop strings asks for ``logprobs``,
-  and the matched stop string is found in the returned tokens, which hold the token that
-  completed it (llama-cpp-python returns them; the end token is not among them). Exact, end
-  of text included, but llama-cpp-python 0.3.36 then generates about 5x slower (measured: 7
-  to 9 against 38 to 48 tokens/s on SmolLM2-135M, 2 busy cores). Without tokens in the answer, as ``stripped``.
-* ``auto`` (the default): the first call that sends stop strings first asks the server, with
-  two greedy requests on its first prompt: one token without stop strings, then the same
-  with that token's text as the stop string. The text back (or a named stop) means
-  ``reported``; an empty text with an unexplained ``"stop"`` means ``stripped``; anything
-  else (an empty first token, a server whose greedy tokens differ) keeps ``reported``, with
-  a warning. The two requests count in ``requests_sent``, not in ``tokens_generated``.
-
-Failures: HTTP 429 and 5xx, timeouts and refused or dropped connections are retried with
-exponential backoff (``backoff * 2**attempt`` seconds, capped at 30, honouring a numeric
-``Retry-After``), at most ``retries`` times; then, or at once for any other HTTP error, a
-:class:`prmkit.errors.PrmkitError` names the URL, the status and the server's message.
+HTTP 429 and 5xx, timeouts and dropped connections are retried at most ``retries`` times with
+backoff ``backoff * 2**attempt`` seconds (capped at 30, honouring a numeric ``Retry-After``);
+then, or at once for another HTTP error, a :class:`prmkit.errors.PrmkitError` names the URL, the
+status and the server's message.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """Prompt prefix caching for the transformers policy: a prompt that begins with the ids of a
 recent prompt prefills only the ids after them.
 
-Monte Carlo labeling (:mod:`prmkit.label.mc`) rolls out K samples from every probed prefix of a
-solution: the prompts of one solution's probes are the problem and its first 1, 2, ... steps,
-each the one before it plus a step. The K samples of one prompt already share its prefill (one
-forward pass, its cache repeated K times: :mod:`prmkit.generate.hf`); here the prompts share
-too. :class:`PromptCache` keeps the key-value cache of the last ``entries`` prompts prefilled
-alone (one prompt per batch: K at least the generator's batch size, MC labeling's default of 8
-and 8); a new prompt looks up the kept prompt with which it shares the longest run of leading
-ids, and only its ids after those go through the model, on that cache. The chunks of one prompt
-(K above the batch size) find the whole prompt kept and prefill only its last token again
-(its logits are needed).
-
-Exactness: a causal model's keys and values at a position depend only on the ids up to it, so
-the kept cache of the shared ids is the one a full prefill would compute; the logits agree to
-float rounding (float32: ~1e-6). In bfloat16 the sums run in another order, which can move the
-last bits of a logit and so, rarely, a sampled token, as the make-up of a batch already does.
-
-Memory: 2 x layers x kv_heads x head_dim numbers per kept token (SmolLM2-135M in bfloat16:
-23 KB), so 16 prompts of 300 tokens hold about 110 MB. ``entries=0`` turns it off.
+Monte Carlo labelling's prompts for one solution are the problem and its first 1, 2, ... steps.
+:class:`PromptCache` keeps the key-value cache of the last ``entries`` prompts prefilled alone
+(one prompt per batch); a new prompt finds the kept prompt sharing its longest run of leading
+ids and prefills only the rest on that cache (its last id always goes through the model, for
+its logits). A causal model's cache of the shared ids is the one a full prefill computes, so
+logits agree to float rounding (float32: ~1e-6); in bfloat16 a sampled token can rarely move,
+as with the make-up of a batch. Memory: 2 x layers x kv_heads x head_dim numbers per kept
+token. ``entries=0`` turns it off.
 """
 
 from __future__ import annotations

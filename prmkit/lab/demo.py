@@ -1,8 +1,8 @@
 """The lab demo: the whole PRM story on one CPU in minutes (``prmkit demo``, ``make demo``).
 
 Every stage is the library code a user runs on real data; only the policy is the lab's
-synthetic one (:mod:`prmkit.lab.policy`), because a 135M model writes ~50 tokens/s here and
-seldom solves a multi-step problem. The PRM and the ORM are real transformers: SmolLM2-135M
+synthetic one (:mod:`prmkit.lab.policy`), because a 135M model is slow on a CPU and seldom
+solves a multi-step problem. The PRM and the ORM are real transformers: SmolLM2-135M
 (the default model from PyPI), trained here: each one's surprisal head alone (the body
 frozen; :mod:`prmkit.models.surprisal`), the PRM on step labels, the ORM on outcomes. Both
 read a calculator's notes on wrong equations (:mod:`prmkit.calculator`; ``--no-calculator``

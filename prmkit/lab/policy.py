@@ -1,50 +1,28 @@
 """The lab policy: a fast synthetic solver of lab problems, behind the ordinary Generator seam.
 
-A 135M-parameter policy writes about 50 tokens a second on this CPU and rarely solves a
-multi-step problem, so a demo of Monte Carlo labeling or search with it would take hours and
-show little. The lab policy stands in for it: a :class:`prmkit.generate.base.Generator` that
-reads a lab problem (:mod:`prmkit.lab.world`) and the steps written so far from its prompt and
-writes the rest of the solution, one calculation per line, instantly. It makes two kinds of
-mistakes, and later steps carry a wrong value on, the way a model carries its own mistake:
+A :class:`prmkit.generate.base.Generator` that reads a lab problem (:mod:`prmkit.lab.world`) and
+the steps written so far from its prompt and writes the rest, one calculation per line,
+instantly. Later steps carry a wrong value on, as a model carries its own mistake. Errors:
 
-* **slips**: a calculation comes out a little wrong (off by 1, 2 or 10), with probability
-  ``slip`` per add/sub step and ``hard_factor`` times that for mul/div. Slips are random, so
-  different samples disagree on the wrong answer: majority voting handles them well.
-* **recoveries** (``recover``): after a slip, the next step carries on from the true result of
-  the slipped calculation with this chance, so the wrong step leaves the answer right (Uesato
-  et al. 2022's "trace errors": a right final answer reached through a wrong step). The policy
-  also recovers when it continues a written prefix whose last step slipped (Monte Carlo
-  rollouts, step-wise search), so rollouts see the policy that wrote the solutions. Gold labels
-  still call the slip and every later step wrong.
-* **confusions**: the wrong operation for what the problem says (adding what was given away,
-  multiplying instead of dividing). Every problem has one trap operation (chosen from a hash of
-  its text) that the policy confuses with a problem-specific chance between 0 and
-  ``confuse``. A confusion is systematic, so on a problem with a strong trap most samples agree
-  on the same wrong answer and majority voting fails; a verifier that reads the steps sees
-  "gives away 5, so she has 20 + 5". This is the case where the literature finds PRMs help
-  most.
+* **slips**: a result off by 1, 2 or 10, with probability ``slip`` per add/sub step and
+  ``hard_factor`` times that for mul/div; random, so majority voting handles them;
+* **recoveries** (``recover``): after a slip, the next step carries on from the true result with
+  this chance (Uesato et al. 2022's trace errors: a right answer through a wrong step), also when
+  continuing a written prefix; gold labels still call the slip and every later step wrong;
+* **confusions**: the wrong operation (adding what was given away). Each problem has one trap
+  operation, from a hash of its text, confused with a problem-specific chance between 0 and
+  ``confuse``; systematic, so majority voting fails where a verifier reading the steps does not.
 
-So:
+Monte Carlo rollouts from a prefix therefore succeed with a known chance (0 after a slip,
+``prod(1 - p_i)`` over the remaining steps otherwise), and MC labels are noisy as Math-Shepherd
+describes. Loaded by name: ``--policy lab``, ``lab:SLIP``, ``lab:SLIP:CONFUSE`` or
+``lab:SLIP:CONFUSE:RECOVER`` (``lab:0.2:0``: slips of 0.2, no confusions).
 
-* its solutions have real first errors, and :func:`prmkit.lab.world.gold_labels` knows them;
-* Monte Carlo rollouts from a prefix succeed with a known chance: 0 after a slip, and
-  ``prod(1 - p_i)`` over the remaining steps otherwise, which makes MC labels measurably noisy
-  exactly as the Math-Shepherd paper describes (a right step whose rollouts all slip looks wrong);
-* everything else (prompts, stop strings, seeds, token counts, step-wise continuation) follows
-  the Generator rules, so ``generate``, ``label``, ``search``, ``train`` and ``eval`` run on it
-  unchanged. It is loaded by name: ``--policy lab``, ``lab:SLIP``, ``lab:SLIP:CONFUSE`` or
-``lab:SLIP:CONFUSE:RECOVER`` (for example ``lab:0.2:0`` for slips of 0.2 and no confusions).
-
-Sampling: sample ``k`` of a prompt draws its slips from its own stream, seeded by
-:func:`prmkit.generate.base.sample_seed`, as every backend does. ``temperature`` scales the slip
-chance (``slip * temperature / 0.7``, capped at 0.9): ``temperature=0`` is greedy decoding and
-never slips, 0.7 is the nominal rate. A "token" is a word with the whitespace before it
-(:func:`prmkit.generate.fake.count_tokens`), so token budgets are comparable between methods
-but not with a real tokenizer's counts.
-
-The prompt is the ``lab`` style: the instruction, then ``Question: <problem>`` and ``Answer:``,
-one step per line (the few-shot layout without examples). A prompt whose problem is not a lab
-problem is an error, not a made-up answer.
+Sample ``k`` draws from its own stream (:func:`prmkit.generate.base.sample_seed`).
+``temperature`` scales the slip chance (``slip * temperature / 0.7``, capped at 0.9; 0 never
+slips). A "token" is a word with the whitespace before it
+(:func:`prmkit.generate.fake.count_tokens`). The prompt is the ``lab`` style (``Question:`` then
+``Answer:``, one step per line); a prompt without a lab problem is an error.
 """
 
 from __future__ import annotations

@@ -1,34 +1,22 @@
 """The lab world: multi-step arithmetic word problems whose every step can be checked exactly.
 
-Real data sets give a PRM's story only in part: GSM8K and MATH have reference answers but no
-step labels, PRM800K and ProcessBench have human step labels but fixed solutions, and a small
-policy solves few of their problems. The lab world is a test bed where everything is known:
+A test bed where everything is known, unlike real data sets (reference answers without step
+labels, or step labels on fixed solutions):
 
-* A **problem** is a chain of operations on one quantity, told as a short story::
+* a **problem** is a chain of operations on one quantity, told as a short story ("Mia has 14
+  marbles. She buys 6 more marbles. ... How many marbles does she have now?"); difficulty is the
+  number of operations (``min_steps`` .. ``max_steps``) and the size of the numbers
+  (``max_value``);
+* the **reference solution** has one step per operation with its calculation (``She buys 6
+  more, so she has 14 + 6 = 20 marbles.``) and a last step ``The answer is 9.``;
+* **gold step labels** (:func:`gold_labels`) check any text exactly: a step is right when each
+  of its calculations is right and its last result is the problem's next true value or a later
+  one, and an answer step when the answer is; every step after the first wrong one is 0
+  (ProcessBench's and Math-Shepherd's first-error convention).
 
-      Mia has 14 marbles. She buys 6 more marbles. She gives away 5 marbles. The number of
-      marbles is then multiplied by 3. She splits the marbles into 5 equal groups and keeps
-      one group. How many marbles does she have now?
-
-  The difficulty knob is the number of operations (``min_steps`` .. ``max_steps``) and the
-  size of the numbers (``max_value``).
-* The **reference solution** has one step per operation, each with its calculation
-  (``She buys 6 more, so she has 14 + 6 = 20 marbles.``), and a last step
-  ``The answer is 9.``
-* **Gold step labels** (:func:`gold_labels`) come from checking every step exactly, for any
-  text, not only the lab policy's: a step is right when each calculation in it is right and
-  its last result is the problem's next true intermediate value or a later one (so a correct
-  calculation on a wrong number is wrong, and so is the wrong operation), and a step stating
-  the final answer is right when the answer is.
-  Labels follow the first-error convention of ProcessBench and Math-Shepherd: the steps after
-  the first wrong step are labelled 0 (the solution can no longer reach the answer by the
-  problem's own path).
-
-The problem text is all that is needed: :func:`parse_problem` reads the chain back from the
-story, so gold labels and the lab policy (:mod:`prmkit.lab.policy`) work on any lab problem,
-also one written by another seed or stored in a file, with no registry. Problems are ordinary
-:class:`prmkit.records.Record` s with ``reference`` set, so they go through ``generate``,
-``label``, ``search``, ``train`` and ``eval`` like GSM8K problems.
+:func:`parse_problem` reads the chain back from the story, so gold labels and the lab policy
+(:mod:`prmkit.lab.policy`) work on any lab problem text. Problems are ordinary
+:class:`prmkit.records.Record` s with ``reference`` set.
 """
 
 from __future__ import annotations

@@ -1,73 +1,44 @@
 """Monte Carlo step labels (Math-Shepherd) and the first error by binary search (OmegaPRM).
 
-Math-Shepherd (Wang et al., 2024, "Math-Shepherd: Verify and Reinforce LLMs Step-by-step without
-Human Annotations") labels a step by *finishing* the solution from it: K rollouts continue the
-prefix that ends at the step, and the step is as good as the share of rollouts that reach the
-known answer. OmegaPRM (Luo et al., 2024, "Improve Mathematical Reasoning in Language Models by
-Automated Process Supervision") needs only the *first* wrong step and finds it by bisection.
-Zhang et al. (2025, "The Lessons of Developing Process Reward Models in Mathematical
-Reasoning") show that such labels are noisy; the judge and the consensus filter
-(:mod:`prmkit.label.judge`, :mod:`prmkit.label.consensus`) are the answer they propose.
+Math-Shepherd (Wang et al., 2024) labels a step by finishing the solution from it: the step is
+as good as the share of K rollouts from its prefix that reach the known answer. OmegaPRM (Luo et
+al., 2024, "Improve Mathematical Reasoning in Language Models by Automated Process
+Supervision") finds only the first wrong step, by bisection. Zhang et al. (2025, "The Lessons of
+Developing Process Reward Models in Mathematical Reasoning") show such labels are noisy; the
+judge and consensus filter (:mod:`prmkit.label.judge`, :mod:`prmkit.label.consensus`) are their
+answer.
 
-Definitions, for a record with steps s_0 .. s_{n-1} and a ``reference`` answer:
+For a record with steps s_0 .. s_{n-1} and a ``reference`` answer:
 
 probe i
-    K rollouts from the prefix s_0 .. s_i: the policy's prompt for the problem with those steps
-    written (:meth:`prmkit.generate.prompts.Prompter.prompt`), continued to the end of the
-    solution (stopped by the prompt style's end strings, as
-    :func:`prmkit.generate.stepwise.solve` stops a whole solution). A rollout is right when the
-    final answer of the whole text, prefix and continuation, is equivalent to ``reference``
-    (:func:`prmkit.answers.extract_answer` and :func:`prmkit.answers.is_equivalent`: the rule
-    ``prmkit generate`` grades candidates by). The probes of one round, over every record in
-    flight, go to the generator in one call, so a backend batches them. Sample k of a probe is
-    seeded from (seed, prompt, k) by the Generator contract; the prompt holds the problem and
-    the prefix, so a rerun draws the same rollouts for the same (record, step, k).
+    K rollouts continuing the prefix s_0 .. s_i to the end of the solution. A rollout is right
+    when the final answer of prefix plus continuation is equivalent to ``reference`` (the rule
+    ``prmkit generate`` grades by). Rollouts are seeded from (seed, prompt, k), so a rerun draws
+    the same ones.
 the last step
-    The prefix s_0 .. s_{n-1} is the whole solution. When its last step states the final
-    answer (``\\boxed{...}`` or "the answer is"; :func:`prmkit.generate.prompts.has_final_answer`)
-    nothing is left to sample: its probe is the solution's own outcome, one free "rollout",
-    right when the solution's answer (``answer``, else extracted from the steps) is equivalent
-    to ``reference``. A solution whose last step states no answer (a cut-off solution) has its
-    last step rolled out like any other; ``last_step="rollout"`` always rolls it out.
+    When the last step states the final answer, its probe is the solution's own outcome (one
+    free "rollout"); otherwise, or with ``last_step="rollout"``, it is rolled out like any other.
 value
-    ``hard``: 1 if any rollout of the probe is right, else 0 (Math-Shepherd's hard estimate).
-    ``soft``: the fraction of right rollouts (its soft estimate).
+    ``hard``: 1 if any rollout is right, else 0. ``soft``: the fraction of right rollouts.
 wrong
-    A probed step is judged wrong when its value is at most ``threshold`` (default 0: no rollout
-    reached the answer, OmegaPRM's rule for an error). In hard mode the value is 0 or 1, so every
-    threshold below 1 means "no rollout right"; in soft mode ``threshold=0.25`` means "at most a
-    quarter of the rollouts right".
+    A probed step whose value is at most ``threshold`` (default 0: no rollout right).
 
-Strategies; ``first_error`` is always the first step judged wrong, -1 when none is:
+Strategies; ``first_error`` is the first step judged wrong, -1 when none is:
 
 ``per-step`` (Math-Shepherd)
-    Every step is probed, all in one round. ``labels`` are the values (0/1 in hard mode,
-    fractions in soft mode).
+    Every step probed in one round; ``labels`` are the values.
 ``linear-stop``
-    Steps are probed in order, one round each, up to the first wrong one. ``labels``: 1 before
-    the first error, 0 at it, null after (ProcessBench's convention).
+    Steps probed in order up to the first wrong one; ``labels``: 1 before the first error, 0 at
+    it, null after.
 ``binary`` (OmegaPRM)
-    The last step is probed first. If it is not wrong the solution reaches the answer and, as
-    OmegaPRM assumes, every step is right (``first_error=-1``; with the solution's own answer
-    this costs no rollout). Otherwise: bisection between the last step known right (or the
-    start) and the first step known wrong, probing the middle, until the two are adjacent, about
-    log2(n) probes. Labels as for linear-stop. When a policy's chance of success never rises
-    again after a wrong step, and probes do not err, binary search finds the first error that
-    per-step finds; a noisy probe (a right step whose rollouts all fail) can make them differ.
+    The last step first: if it is not wrong, every step is right. Else bisection between the
+    last step known right and the first known wrong, about log2(n) probes; labels as for
+    linear-stop. A noisy probe can make it differ from per-step.
 
-What is stored in ``meta["mc"]``, so that labels can be recomputed for another mode or
-threshold without new rollouts (:func:`relabel`)::
-
-    policy, strategy, mode, rollouts (K), threshold, last_step, seed, temperature, top_p,
-    max_tokens (the settings)
-    correct         per step: the right rollouts; null where the step was not probed
-    samples         per step: the rollouts behind ``correct`` (K, or 1 for the solution's own
-                    answer); null where not probed
-    probes          the probed steps, in the order they were probed
-    rollouts_spent  completions sampled for this record (the free own answer is not counted)
-    tokens          tokens generated for this record
-
-The value of step i is ``correct[i] / samples[i]`` (soft) or ``correct[i] > 0`` (hard).
+``meta["mc"]`` stores the settings and, per step, ``correct`` (right rollouts) and ``samples``
+(rollouts behind it; null where not probed), plus ``probes`` (in order), ``rollouts_spent`` (the
+free own answer not counted) and ``tokens``, so :func:`relabel` recomputes labels for another
+mode or threshold without new rollouts.
 """
 
 from __future__ import annotations

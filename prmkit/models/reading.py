@@ -178,15 +178,11 @@ def token_budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]
 
 
 def bucket_batches(lengths: Sequence[int], budget: int, overhead: int) -> list[list[int]]:
-    """Indices grouped into scoring batches that waste little padding.
-
-    Sorted longest first, then cut where the padded tokens of all batches plus ``overhead``
-    tokens per batch (a forward pass's fixed cost) are fewest: an exact dynamic programme over
-    the sorted order, each batch's padded size within ``budget`` (a longer sequence goes alone).
-    ``overhead`` 0 puts each length in a batch of its own kind; a large one gives the fewest
-    batches, as :func:`token_budget_batches` does. Time: the number of lengths times the
-    largest batch, a few seconds for 10^5 short solutions.
-    """
+    """Indices grouped into scoring batches that waste little padding: sorted longest first,
+    then cut (an exact dynamic programme) where the padded tokens plus ``overhead`` tokens per
+    batch are fewest, each batch's padded size within ``budget`` (a longer sequence goes
+    alone). ``overhead`` 0 gives each length its own batch; a large one the fewest batches, as
+    :func:`token_budget_batches`. Time: lengths x the largest batch."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     sizes = [max(1, lengths[i]) for i in order]
     best = [0.0] + [float("inf")] * len(order)      # best[i]: cost of the first i in order
@@ -220,8 +216,7 @@ def pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
 
 
 class Reader:
-    """Reads a model's outputs at step positions: the one place both the scorer and the trainer
-    get step logits from, so the positions the trainer labels are the positions the scorer reads.
+    """Reads a model's outputs at step positions, for the scorers and the trainers alike.
 
     ``logits`` returns, per read position, two logits ``[positive, negative]`` for label-token
     models, the class logits for a classification head, or the one logit of a value head.

@@ -1,36 +1,25 @@
 """The surprisal head (``train prm --head surprisal``): a hazard head that also reads how
 surprised the language model is by each token.
 
-The hazard head (:mod:`prmkit.train.prm`; a discrete-time survival model of the first error,
-Singer & Willett 1993) gives every token t a probability of "no error here" from its hidden
-state h_t, and a step's score is their product up to the step's read position. Much of the
-evidence that a step is wrong is the LM's own surprise at a token: a stated result that the
-calculation does not give, an operation the problem does not say. Zero-shot, the base LM's
-log-probability of a step's result digits finds the first error (Wang et al. 2023 use the
-same kind of signal in "Math-Shepherd" only through rollouts; the implicit PRM of Yuan et al.
-2024, "Free Process Rewards without Process Labels", reads it as a log-likelihood ratio). A
-linear read of h_t cannot compute that surprise: it lives in the LM's next-token distribution
-at t - 1, a softmax over the vocabulary away. This head is given it, as four features of that
-distribution at every token (scaled by :data:`SCALE`):
+The hazard head (a discrete-time survival model of the first error, Singer & Willett 1993)
+gives every token a probability of "no error here" from its hidden state h_t; a step's score is
+their product up to its read position. The LM's surprise at a token (a result the calculation
+does not give) lives in its next-token distribution at t - 1, out of reach of a linear read of
+h_t, so this head is given four features of that distribution at every token (scaled by
+:data:`SCALE`):
 
     z(t) = [log p(x_t), log p(x_t) - max log p, entropy, 1 if x_t is the most likely token]
 
-and weighs them by the token's own state, which knows whether x_t is a result digit, an
-operator or filler:
+weighed by the token's own state:
 
     keep logit(t) = (c_pos - c_neg)(h_t) + sum_f g_f(h_t) z_f(t)
     log P(no error at t) = logsigmoid(keep logit(t))
 
-c and g are one linear head with 2 + len(FEATURES) outputs (the two classes, then one gate per
-feature; :func:`init_gates` starts the gates at 0, where the head is the plain hazard head), so
-a trained model is a plain ``AutoModelForTokenClassification`` with that many labels. The LM's
-distribution is the final hidden state times the input embedding matrix, which is the LM head
-of a model with tied embeddings (SmolLM2, Gemma 3, Qwen2.5 up to 3B, Llama 3.2 1B/3B); a base
-with an untied LM head is refused (:func:`check_tied`). A final logit soft-cap (Gemma 2) is
-applied as the LM applies it.
-
-Cost: one vocabulary projection per token (SmolLM2-135M: about a fifth more compute than the
-forward), done in chunks of tokens so that scoring never holds a batch x vocabulary array.
+c and g are one linear head with 2 + len(FEATURES) outputs (gates start at 0, the plain hazard
+head: :func:`init_gates`), so a trained model is a plain ``AutoModelForTokenClassification``.
+The LM's distribution is the final hidden state times the input embeddings, so the base must tie
+them (:func:`check_tied`); a final logit soft-cap (Gemma 2) is applied as the LM applies it. The
+vocabulary projection runs in chunks of tokens.
 """
 
 from __future__ import annotations
@@ -67,13 +56,8 @@ def check_tied(model: Any) -> None:
 def lm_features(hidden: Any, tokens: Any, embeddings: Any, softcap: float | None = None) -> Any:
     """The scaled features z (batch x length x len(FEATURES)) of every token under the LM's
     distribution at the position before it; the first token (nothing predicts it) gets 0.
-    The vocabulary projection runs on :data:`CHUNK` tokens at a time.
-
-    Each chunk's logits l are read few times: the maximum and its index in one pass, the
-    log-normaliser lse in one, then log p = l - lse (in place when no gradient flows) and the
-    entropy -sum exp(log p) log p (SmolLM2-135M's vocabulary on 2 AVX2 cores, 2,048 tokens,
-    interleaved, median of 4: 2.66 s against 2.80 s for log_softmax with separate max, argmax
-    and entropy passes; the projection itself is most of it)."""
+    The vocabulary projection runs on :data:`CHUNK` tokens at a time; each chunk's logits are
+    read in few passes (maximum and index, log-normaliser, then log p and the entropy)."""
     import torch
     import torch.nn.functional as F
 

@@ -1,28 +1,20 @@
 """Group advantages that put a PRM's step scores on the steps that earned them.
 
-The shapings of :mod:`prmkit.rl.shaping` turn one completion's step scores into rewards whose
-returns-to-go a trainer centres by a group baseline. The two forms here are advantages made
-from a whole GRPO group at once (each completion's step scores ``s_i0 .. s_i(K_i - 1)``),
-returned per step: every token of step k (the tokens after step k-1's end, up to and with
-step k's end) takes the value of step k (:func:`spread` places them on a policy's tokens).
+Made from a whole GRPO group at once (each completion's step scores ``s_i0 .. s_i(K_i - 1)``)
+and returned per step; every token of step k takes step k's value (:func:`spread`).
 
-``process``     DeepSeekMath's process-supervised GRPO (Shao et al. 2024, "DeepSeekMath:
-                Pushing the Limits of Mathematical Reasoning in Open Language Models",
-                section 4.1.3). The step rewards of the whole group are normalised together,
-                r~ = (r - mean(R)) / std(R) (population std over every step of every
-                completion; all equal: every r~ is 0), and a token's advantage is the sum of
-                the normalised rewards of the steps that end at or after it. Tokens after the
-                last step get 0. Credit flows back: a right step before a wrong one carries the
-                wrong one's negative reward too.
-``step-local``  The outcome advantage A_i (GRPO's, one number per completion) plus
-                ``weight * (s_k - s_(k-1))`` on step k, with s_(-1) = 0: the potential-based
-                difference of :mod:`prmkit.rl.shaping`'s ``delta``, not summed to go, so a
-                step is credited only for the change in the PRM's opinion it caused itself.
-                Tokens after the last step keep A_i.
+``process``     DeepSeekMath's process-supervised GRPO (Shao et al. 2024, section 4.1.3): the
+                group's step rewards normalised together, r~ = (r - mean(R)) / std(R)
+                (population std; all equal: 0); a token's advantage is the sum of r~ over the
+                steps ending at or after it, 0 after the last step. A right step before a
+                wrong one carries the wrong one's negative reward too.
+``step-local``  GRPO's outcome advantage A_i plus ``weight * (s_k - s_(k-1))`` on step k
+                (s_(-1) = 0): the difference of :mod:`prmkit.rl.shaping`'s ``delta``, not
+                summed, so a step is credited only for the change it caused. Tokens after the
+                last step keep A_i.
 
-:func:`outcome_advantages` is GRPO's outcome advantage, (o_i - mean(o)) / std(o) over the
-group (sample std, as TRL; all equal: 0). :func:`returns_advantages` gives today's shapings
-(raw, delta, min) as the same per-step group advantages, to set beside these two.
+:func:`outcome_advantages` is GRPO's (o_i - mean(o)) / std(o) (sample std, as TRL; all equal:
+0); :func:`returns_advantages` gives the shapings raw, delta and min in the same form.
 """
 
 from __future__ import annotations
@@ -105,9 +97,8 @@ def group_advantages(form: str, outcomes: Sequence[float], group: Sequence[Seque
 
 
 def returns_advantages(group: Sequence[Sequence[float]], how: str) -> list[list[float]]:
-    """Today's shapings as group advantages: the returns-to-go of ``shape(s, how)`` (raw,
-    delta, min; :mod:`prmkit.rl.shaping`) minus the group's mean return at step 0, per step
-    (what the GRPO trainer puts on each step's tokens)."""
+    """The shapings of :mod:`prmkit.rl.shaping` (raw, delta, min) as group advantages: the
+    returns-to-go of ``shape(s, how)`` minus the group's mean return at step 0, per step."""
     from prmkit.rl.shaping import returns, shape
 
     rets = [returns(shape(row, how)) for row in group]

@@ -9,41 +9,24 @@ each, and push up the completions that beat their group's mean. Rewards (``--rew
 ``prm-steps``          per-step PRM rewards on step-end tokens only;
 ``outcome+prm-steps``  outcome (as GRPO) + ``--prm-weight`` x per-step PRM rewards.
 
-Per-step rewards and TRL. TRL's ``GRPOTrainer`` takes one scalar reward per completion; its
-reward functions cannot return token-level rewards. Its loss does accept token-level
-*advantages* (shape batch x tokens, kept for subclasses), so the ``*-steps`` modes use a thin
-subclass (:func:`prmkit.rl.steptrainer.process_trainer`) that, after TRL has scored a batch,
-adds a process advantage per token: the step scores are shaped (``--shaping`` raw, delta or
-min-form, see
-:mod:`prmkit.rl.shaping`), placed on the last token of each step in the policy's own sampled
-tokens, summed into returns-to-go (undiscounted, as PPO with gamma = lambda = 1 and no critic),
-and centred by the mean return of the completion's group (a GRPO baseline; tokens after the
-last step get 0). The advantage of token t is then ``A_outcome + prm_weight * (G_t - mean G_0)``.
-``--shaping process`` (DeepSeekMath's process supervision) and ``step-local`` (the change in the
-PRM score caused by each step) are group advantages instead (:mod:`prmkit.rl.advantage`),
-spread over every token of their step: ``A_outcome + prm_weight * X_t``.
-This overrides TRL's private ``_generate_and_score_completions`` and is tested against trl 1.13;
-``pip install 'prmkit[rl]'`` pins that range. PRIME (Cui et al. 2025) and PURE (Cheng et al.
-2025) combine outcome and process advantages the same way.
+TRL's reward functions return one scalar per completion, so the ``*-steps`` modes add a process
+advantage per token in a subclass (:func:`prmkit.rl.steptrainer.process_trainer`, overriding
+TRL's private ``_generate_and_score_completions``, tested against trl 1.13, the range
+``prmkit[rl]`` pins): step scores shaped by ``--shaping`` (:mod:`prmkit.rl.shaping`), placed on
+each step's last token, summed into undiscounted returns-to-go and centred by the group's mean
+return; token t gets ``A_outcome + prm_weight * (G_t - mean G_0)``. ``--shaping process``
+(DeepSeekMath) and ``step-local`` are group advantages spread over their step's tokens
+(:mod:`prmkit.rl.advantage`). PRIME and PURE combine outcome and process advantages this way.
 
-Diagnostics: every batch, each completion is scored for the outcome *and* by the PRM (also in
-the ``outcome`` mode, where the PRM does not train), and :class:`prmkit.rl.diagnostics.RewardLog`
-writes the mean PRM reward, accuracy, length (tokens) and steps per step to ``rl_log.jsonl``,
-with reward-hacking flags at the end. Before and after training, greedy solutions of held-out
-problems give the accuracy (``result.json``).
+Every batch is scored for the outcome and by the PRM (also in ``outcome`` mode), logged to
+``rl_log.jsonl`` with reward-hacking flags at the end; greedy held-out accuracy before and after
+goes to ``result.json``. With ``--save-every N`` TRL checkpoints to ``OUTPUT/trl/`` and the same
+command resumes after a kill, with the log and result of an unbroken run; a checkpoint made with
+other settings is refused.
 
-Resume: with ``--save-every N``, TRL writes a checkpoint (the policy, optimiser, scheduler and
-RNG states) to ``OUTPUT/trl/checkpoint-STEP`` every N steps. Run the same command again after a
-kill and it continues from the last one (TRL's ``resume_from_checkpoint``): the "before"
-accuracy is read back from ``OUTPUT/before.json`` and ``rl_log.jsonl`` keeps the steps the
-checkpoint holds, so the finished run's log and result are those of an unbroken run. A
-checkpoint written with other settings is refused (``OUTPUT/settings.json``).
-
-Problems: a prmkit records file with ``problem`` and ``reference`` (``--data``), or the lab world
-(:mod:`prmkit.lab`, the default: short arithmetic chains a 135M policy can sometimes solve).
-Prompts are the policy's own chat prompt (:mod:`prmkit.generate.prompts`), the same text for
-training and evaluation. The same recipe runs on GPUs through TRL's launch
-(``accelerate launch -m prmkit.cli rl ...``, with ``--device`` left to accelerate).
+Problems: ``--data`` (records with ``problem`` and ``reference``) or the lab world (default).
+Prompts are the policy's own chat prompt, the same for training and evaluation. On GPUs:
+``accelerate launch -m prmkit.cli rl ...``.
 """
 
 from __future__ import annotations

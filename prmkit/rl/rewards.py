@@ -1,40 +1,22 @@
 """Rewards for RL trainers: the verifiable outcome, a PRM's judgement of the steps, or both.
 
-One scorer, :class:`ProcessReward`, turns completions into rewards; thin adapters give it the
-call signature each trainer expects:
+:class:`ProcessReward` turns completions into rewards; it is itself TRL's reward function
+(``GRPOTrainer``, ``RLOOTrainer``: ``reward(prompts, completions, **columns) -> list[float]``,
+every dataset column but ``prompt`` passed as a keyword list; completions are strings or lists
+of messages; as trl 1.13.0's ``GRPOTrainer._calculate_rewards`` calls it). verl's adapter is
+:mod:`prmkit.rl.verl`; per-token rewards for PPO come from :mod:`prmkit.rl.shaping`, on the
+step scores kept in :attr:`ProcessReward.last`.
 
-* TRL (``GRPOTrainer``, ``RLOOTrainer``): the object itself is the reward function,
-  ``reward(prompts, completions, **columns) -> list[float]``. TRL passes every dataset column
-  but ``prompt`` as a keyword list (one entry per completion), plus ``completion_ids``,
-  ``trainer_state``, ``log_metric`` and ``log_extra`` (TRL 1.x). Completions are strings
-  (standard datasets) or lists of messages (conversational datasets: the assistant message's
-  ``content`` is the completion). Verified against trl 1.13.0's ``GRPOTrainer._calculate_rewards``.
-* verl: :mod:`prmkit.rl.verl` (``compute_score``).
-* PPO-style per-token rewards: :mod:`prmkit.rl.shaping`, from the step scores kept in
-  :attr:`ProcessReward.last`.
+Modes (``RewardConfig.mode``): ``outcome`` (1 if the final answer equals the reference, else 0),
+``prm`` (the step scores aggregated, :mod:`prmkit.aggregate`), ``outcome+prm``
+(``outcome_weight * outcome + prm_weight * prm``).
 
-Modes (``RewardConfig.mode``):
-
-``outcome``      1 if the final answer equals the reference, else 0 (RLVR, as DeepSeek-R1 trains);
-``prm``          the PRM's step scores aggregated into one number (``aggregate``: min, prod,
-                 mean, last, geomean; :mod:`prmkit.aggregate`);
-``outcome+prm``  ``outcome_weight * outcome + prm_weight * prm``.
-
-Where things come from: the problem a PRM needs is the ``problem`` column when the dataset
-has one (recommended: the prompt holds a chat template and instructions, not the bare problem),
-else the last user message of a conversational prompt, else the prompt string. The reference
-answer is the first of the columns ``reference``, ``answer``, ``solution``, ``ground_truth``
-present; a GSM8K-style ``#### 42`` or a ``\\boxed{}`` in it is extracted first. The completion
-is cut into steps by ``step_rule`` (:mod:`prmkit.steps`; ``lines`` is what prmkit's prompts
-ask for), and its final answer read by :func:`prmkit.answers.extract_answer`.
-
-A completion with no steps gets PRM score 0; a solution whose every step the PRM could not read
-(too long) gets 0 too, so an RL policy cannot escape the PRM by writing past its context.
-
-The PRM is any object with the :class:`prmkit.models.base.PRM` protocol: a local
-:class:`prmkit.models.backends.hf.HFPRM`, an implicit PRM (:mod:`prmkit.models.backends.implicit`), or
-:class:`prmkit.models.backends.remote.RemotePRM`, the client of ``prmkit serve``, which is how several
-trainer processes share one PRM.
+The problem is the ``problem`` column, else the last user message of a conversational prompt,
+else the prompt; the reference is the first of the columns ``reference``, ``answer``,
+``solution``, ``ground_truth`` (``#### 42`` or ``\\boxed{}`` extracted). The completion is cut by
+``step_rule``. No steps, or no step the PRM could read, gives PRM score 0, so a policy cannot
+escape the PRM by writing past its context. The PRM is any :class:`prmkit.models.base.PRM`;
+:class:`prmkit.models.backends.remote.RemotePRM` lets several trainer processes share one.
 """
 
 from __future__ import annotations

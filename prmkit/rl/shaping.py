@@ -1,38 +1,23 @@
 """Step rewards for PPO-style trainers: the score of step k on the last token of step k.
 
-A PRM scores steps (text); an RL trainer wants one reward per *token* of the policy's own
-tokenizer. This module does the two halves, both pure functions:
+1. **Shaping** step scores s_0 .. s_{K-1} into step rewards r_0 .. r_{K-1}:
 
-1. **Shaping**: turn step scores s_0 .. s_{K-1} (from any :class:`prmkit.models.base.PRM`) into
-   step rewards r_0 .. r_{K-1}. The choices:
+   ``raw``     r_k = s_k (Math-Shepherd's step-by-step PPO, Wang et al. 2023). The return from
+               step k sums the later scores, so more fine-looking steps earn more: the
+               summation Cheng et al. (2025) blame for reward hacking.
+   ``delta``   r_k = s_k - s_{k-1}, s_{-1} = 0: potential-based shaping (Ng, Harada & Russell
+               1999) with the PRM score as potential; the return from step k telescopes to
+               s_{K-1} - s_{k-1}, so padding with steps earns nothing.
+   ``min``     PURE's min-form credit assignment (Cheng et al. 2025, "Stop Summation"):
+               r_k = m_k - m_{k+1}, m_k = min(s_k, ..., s_{K-1}), m_K = 0, so the undiscounted
+               return from step k is exactly m_k (the temperature-0 limit of PURE's softmin).
 
-   ``raw``     r_k = s_k. Math-Shepherd's step-by-step PPO (Wang et al. 2023, "Math-Shepherd:
-               Verify and Reinforce LLMs Step-by-step without Human Annotations") gives each
-               step the PRM's score at its end. The return from step k is the *sum* of the later
-               scores, so a solution earns more by having more steps that look fine: the
-               summation that Cheng et al. (2025) identify as the cause of reward hacking.
-   ``delta``   r_k = s_k - s_{k-1}, with s_{-1} = 0: each step is rewarded for how much it
-               changed the PRM's opinion. The return from step k telescopes to
-               s_{K-1} - s_{k-1}, so the total is the last step's score and padding a solution
-               with steps earns nothing. This is potential-based shaping (Ng, Harada & Russell
-               1999, "Policy invariance under reward transformations") with the PRM score as the
-               potential; it is the "score difference" form used for PRM rewards in RL.
-   ``min``     min-form credit assignment, PURE (Cheng et al. 2025, "Stop Summation: Min-Form
-               Credit Assignment Is All Process Reward Model Needs for Reasoning"): the value of
-               a prefix is the *lowest* score still to come, not the sum. Here the rewards are
-               r_k = m_k - m_{k+1} with m_k = min(s_k, ..., s_{K-1}) and m_K = 0, so that the
-               return from every step k (the sum of r_k .. r_{K-1}, what PPO with gamma = lambda
-               = 1 or REINFORCE computes) is exactly m_k. PURE reaches the same returns with a
-               softmin weighting of the rewards at a temperature; this construction is the
-               temperature-0 limit, exact at every step.
+2. **Alignment**: step k's reward goes on the token of the policy's tokenization that carries
+   the step's last visible character (:func:`token_char_ends`, from the offset mapping or by
+   decoding the sampled ids; :func:`place`); every other token gets 0.
 
-2. **Alignment**: find, for each step, the token of the policy's tokenization that carries the
-   step's last visible character (:func:`token_char_ends` from the tokenizer's offset mapping,
-   or by decoding the exact ids the policy sampled), and put the step reward there
-   (:func:`place`). Every other token gets 0.
-
-Steps come from the completion text by a rule of :mod:`prmkit.steps` (:func:`step_spans`), the
-same rule that made the steps the PRM scored, so step k of the PRM is step k here.
+Steps come from the completion by the rule of :mod:`prmkit.steps` that made the steps the PRM
+scored (:func:`step_spans`).
 """
 
 from __future__ import annotations

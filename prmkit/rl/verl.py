@@ -1,46 +1,27 @@
 """verl reward functions backed by prmkit: ``compute_score`` (one sample) and
-``compute_score_batch`` (verl's batch reward manager).
+``compute_score_batch`` (verl's batch reward manager, one PRM call per batch).
 
-verl loads a custom reward function from a file (``custom_reward_function.path`` and ``.name``
-in its config) and calls ``compute_score(data_source, solution_str, ground_truth, extra_info)``
-for each response; a returned dict must hold ``score`` (the reward, put on the response's last
-token) and may hold more scalars, which verl logs (``reward_extra_info``). Its batch manager
-(``reward_model.reward_manager=batch``) calls the function once per batch with the plural keyword
-names (``data_sources``, ``solution_strs``, ``ground_truths``, ``extra_infos``), which lets one
-PRM forward pass serve the whole batch. Use it as::
+verl loads them from a file::
 
     custom_reward_function.path=$(python -c "import prmkit.rl.verl as m; print(m.__file__)")
     custom_reward_function.name=compute_score          # or compute_score_batch
 
-The PRM and the reward mode come from the environment, read once per process:
+and calls ``compute_score(data_source, solution_str, ground_truth, extra_info)`` (the batch
+manager: the plural names). The PRM and the mode come from the environment, read once per
+process:
 
 ``PRMKIT_REWARD_MODEL``      a PRM folder, a default model name, or the URL of ``prmkit serve``
-                             (recommended with many workers: one server, one copy of the PRM);
-                             unset: outcome reward only
+                             (one server for many workers); unset: outcome reward only
 ``PRMKIT_REWARD_MODE``       outcome, prm or outcome+prm (default: outcome+prm with a model,
                              outcome without)
 ``PRMKIT_REWARD_AGGREGATE``  min (default), prod, mean, last, geomean
 ``PRMKIT_PRM_WEIGHT``        weight of the PRM term (default 1.0)
 ``PRMKIT_TOKEN``             bearer token for a remote PRM
 
-The problem text. verl calls ``compute_score(data_source=..., solution_str=...,
-ground_truth=..., extra_info=...)`` (``verl/workers/reward_manager/naive.py`` and the reward
-loop's ``naive.py``): ``solution_str`` is the decoded response alone, without the prompt, and
-``extra_info`` is the dataset row's ``extra_info`` plus ``num_turns`` and
-``rollout_reward_scores``. So the problem reaches the reward function only if the dataset put
-it in ``extra_info``. The PRM reads ``extra_info["question"]`` (what verl's GSM8K preprocessing,
-``examples/data_preprocess/gsm8k.py``, stores), else ``extra_info["problem"]``, else
-``extra_info["prompt"]`` (a string, or chat messages: the last user turn). verl's MATH
-preprocessing (``examples/data_preprocess/math_dataset.py``) stores only ``{"split", "index"}``;
-the one-line change there, as GSM8K does::
-
-    "extra_info": {"split": split, "index": idx, "question": question},
-
-Without it a PRM reward raises an error that says so (the outcome reward needs no problem).
-The returned dict: ``score``, ``acc`` (1.0 / 0.0),
-``prm`` (the aggregated PRM score, or -1.0 without a PRM) and ``n_steps``. Per-step PRM rewards
-need a token-level reward in verl's PPO; see :mod:`prmkit.rl.shaping` for the shaped token
-rewards.
+``solution_str`` is the response without its prompt, so the problem must be in the dataset's
+``extra_info``: ``question``, else ``problem``, else ``prompt`` (a string or chat messages);
+without it a PRM reward raises an error saying so (docs/serving.md, "verl"). The returned dict:
+``score``, ``acc`` (1.0 / 0.0), ``prm`` (-1.0 without a PRM) and ``n_steps``.
 """
 
 from __future__ import annotations

@@ -1,28 +1,19 @@
 """Compute-optimal test-time search: choose the method and its width by problem difficulty
 (Snell et al. 2024, "Scaling LLM Test-Time Compute Optimally can be More Effective than Scaling
-Model Parameters", section 5).
+Model Parameters", section 5: no search method is best everywhere, and choosing per problem by
+estimated difficulty matches best-of-N with up to 4x less compute). The recipe:
 
-Snell et al. find that no one search method is best everywhere: on easy problems best-of-N (or
-revising) wins, because PRM-guided beam search over-optimises the PRM; on hard problems beam
-search wins, because it finds the rare good steps. Choosing per problem by *estimated*
-difficulty matched best-of-N with up to 4x less compute. Their recipe, followed here:
+1. **Estimate difficulty** without a reference: 1 - the mean aggregated PRM score of
+   ``probe_n`` sampled solutions (:func:`estimate_difficulty`), or 1 - the share of the most
+   common answer (``by="agreement"``).
+2. **Bin** the problems into ``n_bins`` quantiles (bin 0: the easiest).
+3. **Choose per bin** the most accurate strategy (method, width ``n``, beam width ``m``) at the
+   same budget; ties to fewer generated tokens, then the earlier strategy.
+4. **Report** accuracy at matched budgets, cross-validated (two folds, as Snell et al.;
+   stratified by bin: a problem's fold is its position in its bin modulo ``folds``).
 
-1. **Estimate difficulty** from a few cheap samples, with no reference answer: sample
-   ``probe_n`` whole solutions (:func:`estimate_difficulty`, best-of-N with the same PRM) and
-   take 1 - the mean of their aggregated PRM scores ("model-predicted difficulty"; Snell et al.
-   average the verifier's final score over samples), or 1 - the share of the most common
-   answer (``by="agreement"``).
-2. **Bin** the problems into ``n_bins`` quantiles of that estimate (bin 0: the easiest).
-3. **Choose per bin** the strategy (method, width ``n``, beam width ``m``) with the best accuracy
-   among those at the same budget; ties go to fewer generated tokens, then to the earlier
-   strategy.
-4. **Report** accuracy at matched budgets, cross-validated as Snell et al. do (two folds): the
-   choice for a problem is made on the other folds only, so the selection is not fitted to the
-   answers it is scored on. Folds are stratified by bin (a problem's fold is its position
-   within its bin, modulo ``folds``).
-
-The probe's own tokens are reported beside the search's (``probe_tokens``): the estimate is not
-free, and at small budgets it can cost as much as the search.
+The probe's tokens are reported beside the search's (``probe_tokens``): at small budgets it can
+cost as much as the search.
 """
 
 from __future__ import annotations

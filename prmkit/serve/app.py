@@ -1,38 +1,24 @@
 """The reward server: a PRM behind HTTP, for RL trainers and remote scoring (FastAPI + uvicorn).
 
-Endpoints (every one needs ``Authorization: Bearer TOKEN``, or ``?token=TOKEN`` in the URL for
-clients that cannot set headers such as OpenRLHF, when the server has a token):
+Endpoints (with a token, each needs ``Authorization: Bearer TOKEN`` or ``?token=TOKEN``):
 
 ``POST /v1/score``
-    The wire contract of :mod:`prmkit.models.backends.remote` (version 1): ``{"problems", "steps"}`` ->
-    ``{"step_scores", "model", "format", "aggregates"}``. Also accepted: ``"texts"``, full
-    solution texts split into steps by the server's step rule (with ``"problems"``: each text
-    is the solution to that problem; without: the text holds the problem, cut as
-    :func:`prmkit.serve.queries.split_query` documents); the answer then has ``"steps"``, the
-    cut. ``"aggregates"``: which rules of :mod:`prmkit.aggregate` to return (default all);
-    a solution without a scored step gets null.
+    The wire contract of :mod:`prmkit.models.backends.remote`. Also accepted: ``"texts"``, full
+    solutions cut by the server's step rule (with ``"problems"``, or holding the problem, cut
+    as :func:`prmkit.serve.queries.split_query` does; the answer then has ``"steps"``), and
+    ``"aggregates"``, the rules of :mod:`prmkit.aggregate` to return (default all; null for a
+    solution without a scored step).
 ``POST /get_reward``
-    OpenRLHF's remote reward model: ``{"query", "prompts"?, "labels"?}`` -> ``{"rewards",
-    "scores", "extra_logs", "step_scores", "step_scores_padded"}``. Every ``extra_logs`` value
-    holds one number per query (what OpenRLHF's PPO step turns into per-sample metrics); the
-    per-step scores are in ``step_scores`` (ragged, null = not scored) and
-    ``step_scores_padded`` (-1.0 to ``max_steps``). See :mod:`prmkit.serve.queries` for how a
-    query is cut and what the logs hold. ``"return_steps": true`` adds ``"problems"`` and
-    ``"steps"``.
+    OpenRLHF's remote reward model (:mod:`prmkit.serve.queries`); ``"return_steps": true`` adds
+    ``"problems"`` and ``"steps"``.
 ``GET /health``
     ``{"status": "ok", "model", "format", "kind", "queue", "batching", "prefix_sharing"}``.
 
-Answers to bad requests, all ``{"error": {"message": "...", "type": "..."}}``, never a 500:
-400 body that is not JSON; 401 missing or wrong token; 413 body over ``max_body_bytes`` or
-more than ``max_solutions`` solutions; 422 a body of the wrong shape, a solution with more than
-``max_steps`` steps or more than ``max_tokens`` tokens, text that is not valid Unicode;
-503 with ``Retry-After`` when the queue is full (see :mod:`prmkit.serve.batcher`).
-
-Scoring runs on one worker thread that owns the model (:class:`~prmkit.serve.batcher.Batcher`):
-handlers validate and count tokens (in a thread pool, off the event loop), queue the request,
-and wait; the solutions of one problem are kept in one micro-batch and share their prefix, read
-once (:func:`prmkit.models.sharing.prefix.score_by_problem`). Shutdown (Ctrl-C, SIGTERM) stops
-accepting connections, lets requests in flight finish (``graceful_timeout``), then drains.
+Bad requests get ``{"error": {"message", "type"}}`` with 400, 401, 413, 422 (also for text
+that is not valid Unicode) or 503, never a 500 (docs/serving.md). One worker thread owns the
+model (:class:`~prmkit.serve.batcher.Batcher`); handlers validate and count tokens off the
+event loop, queue and wait. Shutdown finishes the requests in flight (``graceful_timeout``),
+then drains.
 """
 
 from __future__ import annotations

@@ -1,54 +1,31 @@
 """Dynamic micro-batching: concurrent requests share the model's forward passes.
 
-An RL trainer sends many small scoring requests at once (one per rollout worker). Scored one at
-a time, each costs a forward pass of batch size 1, which wastes most of the hardware. The
-batcher queues requests and hands the model one group at a time, as large as a token budget
-allows, the same idea as dynamic batching in inference servers (NVIDIA Triton's dynamic
-batcher; Orca / vLLM's continuous batching at the request level).
+The batcher queues scoring jobs (the solutions of one request) and hands the model one piece at a
+time, as large as a token budget allows, as dynamic batching in inference servers does.
 
-How it works:
+* One worker thread owns the model; request handlers :meth:`Batcher.submit` a job and wait on
+  its future.
+* A piece is one call to the PRM's ``score``. An idle server waits for the first piece until the
+  oldest job has waited ``max_wait_ms`` or the jobs waiting fill the token budget. A piece takes
+  solutions, oldest job first, while its padded size (longest x count) stays within a cap:
+  ``token_budget``, or less where the measured speed says one call would take more than
+  ``PIECE_SECONDS``, never less than ``MIN_PIECE``. A piece takes at least one solution; a
+  larger job spans several pieces.
+* ``together=True`` (the server sets it when it shares prefixes) keeps the solutions of one
+  problem in one piece: the run a piece begins with is taken whole past the cap, up to
+  ``token_budget``; the answer keeps the caller's order.
+* Pieces alternate between oldest job first and least served job first, so a small request waits
+  for at most two pieces and a stream of small requests cannot starve a long one.
+* The queue is bounded (``max_queue`` solutions); a job past it is refused at once with
+  :class:`Overloaded` and a Retry-After estimate (1 to 60 s).
+* A job whose caller left (its future cancelled, or :meth:`Batcher.cancel`) is dropped before the
+  next piece; its future raises :class:`Abandoned`.
+* When the PRM fails on a piece, its jobs' parts are scored one by one, so only the job it
+  cannot score gets the error.
+* :meth:`Batcher.close` takes no new jobs and finishes every queued one.
 
-* **one worker thread owns the model.** Request handlers never touch it: they
-  :meth:`Batcher.submit` a job (the solutions of one request) and wait on its future;
-* **the work is cut into pieces**, one call to the PRM's ``score`` each. When the server is
-  idle, the first piece waits until the oldest job has waited ``max_wait_ms``, or until the
-  waiting jobs fill the token budget, whichever comes first (and not at all while closing).
-  A piece takes solutions, oldest job first, while its padded size (its longest solution x its
-  number of solutions, as :func:`prmkit.models.backends.hf.token_budget_batches` counts it) stays within
-  a cap: ``token_budget``, or less where the measured speed says one call would take more than
-  ``PIECE_SECONDS`` (2 s), but never less than ``MIN_PIECE`` (1024 tokens, also the cap before
-  the first measure): on a CPU a call's fixed cost (every pass reads all the weights) makes
-  small pieces dear per token, so a measure taken while the machine was busy with something
-  else shrank the pieces, which kept the measure high (seen: one 36 s piece, then a cap of 17
-  to 80 tokens and pieces of one solution for some 100 pieces). A piece always takes at least
-  one solution, and a job larger than the cap is scored over several pieces. The PRM sorts a
-  piece by length and packs it into token-budget forward passes;
-* **together** (``Batcher(..., together=True)``; the server sets it when it shares prefixes):
-  the solutions of one problem go into the same piece wherever they fit, because the PRM reads
-  their common prefix once per piece (:mod:`prmkit.models.sharing.prefix`). A job's solutions are put
-  side by side by problem (the answer keeps the caller's order), a job whose next problem an
-  earlier job holds follows that job, and a piece that cannot take all of a problem's run of
-  solutions ends before it; the run a piece begins with is taken whole past the cap (so such a
-  piece may take longer than ``PIECE_SECONDS``), up to ``token_budget``, and only a run over
-  ``token_budget`` is split. Measured (bench/README.md, issue 21): 32
-  clients sending groups of 8 lab completions, a cap of about 1,000 tokens at this CPU's speed
-  split 24 of 32 groups over two pieces, computing their prefixes twice;
-* **pieces alternate** between oldest job first and least served job first: a small request
-  that comes while a long one is being scored waits for at most two pieces, and a stream of
-  small requests cannot starve a long one;
-* while the worker scores a piece, new jobs wait; a busy server therefore forms larger pieces
-  by itself, and an idle one answers a lone request after at most ``max_wait_ms``;
-* **the queue is bounded** by the number of solutions waiting (``max_queue``), and every
-  admitted job is answered after at most about twice the work queued before it. A job that would
-  go past it is refused at once with :class:`Overloaded`, which carries a Retry-After estimate
-  (queued solutions x the measured seconds per solution, 1 to 60 s). Nothing waits unbounded;
-* **a job whose caller left** costs nothing after the piece under way: its future cancelled
-  before it started, or :meth:`Batcher.cancel` (the server calls it when the client
-  disconnects), drops it before the next piece, and its future raises :class:`Abandoned`;
-* when the PRM fails on a piece, its jobs' parts are scored again one by one, so only the job it
-  cannot score gets the error;
-* :meth:`Batcher.close` stops taking jobs and finishes every job already queued, so a graceful
-  shutdown loses no accepted request.
+Why the cap has a floor and why groups stay together: docs/serving.md, "Design notes: the
+batcher".
 """
 
 from __future__ import annotations

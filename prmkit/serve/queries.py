@@ -1,47 +1,21 @@
 """Turning the texts an RL trainer sends into (problem, steps), and step scores into rewards.
 
-OpenRLHF's remote reward model (``--remote_rm_url http://HOST:PORT/get_reward``) posts::
+OpenRLHF's remote reward model (``--remote_rm_url http://HOST:PORT/get_reward``) posts ``{"query",
+"prompts", "labels"}``: ``query[i]`` the whole rollout decoded with special tokens kept,
+``prompts[i]`` its prompt, ``labels[i]`` a reference answer (accepted and ignored). It expects
+``{"rewards", "scores", "extra_logs"}``, with one number per query in every ``extra_logs`` value;
+per-step scores go in ``step_scores`` and ``step_scores_padded``.
 
-    {"query": [...], "prompts": [...], "labels": [...]}
+:func:`split_query` cuts a query: with a prompt, the response follows the prompt and the problem
+is the prompt's last user turn (ChatML, Llama 3, Gemma) or the whole prompt; without one, a
+chat-templated query's response follows the last assistant header, and a plain query's first
+piece by the step rule is the problem. End-of-turn tokens (:data:`END_MARKERS`) at the
+response's end are dropped; steps are stripped, empty ones dropped (docs/serving.md,
+"OpenRLHF").
 
-``query[i]`` is the whole rollout, prompt and response, decoded with the special tokens kept
-(so it may hold the chat template's markup and an end-of-turn token); ``prompts[i]`` is the
-prompt it was generated from; ``labels[i]`` the dataset's reference answer (prmkit's PRM does
-not need it: labels are accepted and ignored). It expects
-``{"rewards": [...], "scores": [...], "extra_logs": {...}}``. Its current PPO step (OpenRLHF
-main: ``openrlhf/utils/agent.py`` posts one query per request; ``samples_generator.py`` makes
-``info[key] = torch.tensor([value])`` of every ``extra_logs`` entry; the experience batch and
-the actor's metric merge, ``ppo_actor.py``, turn the per-sample values into one float tensor)
-accepts exactly one number per query in each ``extra_logs`` value: a row per query fails there
-(``ValueError: only one element tensors can be converted to Python scalars``). So every
-``extra_logs`` value here is a list of numbers, one per query, and the per-step scores go in
-fields of their own: ``step_scores`` (one list per query, null for a step that was not scored)
-and ``step_scores_padded`` (rows padded with -1.0 to the server's ``max_steps``, the same
-width in every call).
-
-How a query is cut (:func:`split_query`), the documented rule:
-
-1. **With a prompt**: the response is what follows the prompt in the query (the query should
-   start with it; a prefix before it, such as a BOS token, is skipped; a query that does not
-   contain its prompt is an error). The problem is the prompt's last user turn when the prompt
-   is in a chat template (ChatML ``<|im_start|>user``, Llama 3 ``<|start_header_id|>user``,
-   Gemma ``<start_of_turn>user``), else the whole prompt.
-2. **Without a prompt, a chat-templated query**: the response is what follows the last
-   assistant header; the problem is the last user turn before it.
-3. **Without a prompt, plain text**: the query is split into steps by the step rule
-   (:func:`prmkit.steps.split_steps`, ``auto`` by default); the first piece is the problem and
-   the rest are the steps (``"Q\\n\\nstep 1\\n\\nstep 2"`` -> problem ``Q``, two steps). A
-   query of one piece is a one-step solution to an empty problem.
-
-End-of-turn tokens (``<|im_end|>``, ``<|endoftext|>``, ``</s>``, ... :data:`END_MARKERS`) at the end of
-the response are dropped, then the response is split by the step rule; every step is stripped
-of surrounding whitespace and empty steps are dropped. An empty response has no steps.
-
-Rewards (:func:`rewards_from_scores`): the reward of a solution is its step scores
-aggregated by one rule of :mod:`prmkit.aggregate` (``min`` by default: Math-Shepherd, Wang et
-al. 2023, reward a solution by its worst step). A response with no step (or no scored step)
-gets reward 0.0, the lowest a PRM gives. ``scores`` (OpenRLHF's 0-1 score for dynamic
-filtering) equals ``rewards``.
+:func:`rewards_from_scores`: a solution's reward is its step scores aggregated by one rule of
+:mod:`prmkit.aggregate` (``min`` by default, as Math-Shepherd, Wang et al. 2023); no scored step
+gives 0.0. ``scores`` (OpenRLHF's 0-1 score for dynamic filtering) equals ``rewards``.
 """
 
 from __future__ import annotations
@@ -125,15 +99,10 @@ def safe_aggregate(scores: Sequence[float | None], how: str) -> float | None:
 def rewards_from_scores(step_scores: Sequence[Sequence[float | None]], reward: str,
                         width: int) -> dict[str, Any]:
     """The ``/get_reward`` answer for these step scores: ``rewards``, ``scores``,
-    ``extra_logs`` with one number per solution in every value:
-
-    * ``prm_<rule>`` for every aggregate rule (0.0 when no step was scored);
-    * ``prm_num_steps``: the number of steps;
-
-    and ``step_scores_padded``: the step scores, padded with -1.0 to ``width`` (the server's
-    maximum steps per solution), so rows have the same width in every call. (The ragged
-    ``step_scores`` are added by the endpoint.)
-    """
+    ``extra_logs`` with one number per solution in every value (``prm_<rule>`` for every
+    aggregate, 0.0 when no step was scored; ``prm_num_steps``), and ``step_scores_padded``,
+    padded with -1.0 to ``width`` (the server's maximum steps). The endpoint adds the ragged
+    ``step_scores``."""
     if reward not in AGGREGATES:
         raise PrmkitError(f"unknown reward rule {reward!r} (known: {', '.join(AGGREGATES)})")
     logs: dict[str, list[Any]] = {f"prm_{how}": [] for how in AGGREGATES}

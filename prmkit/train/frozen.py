@@ -1,33 +1,21 @@
 """Cached frozen layers for ``--train last-k``: the layers below the trained ones run once.
 
-With last-k training (``prmkit.train.loop.set_trainable``) the first L - k transformer layers
-are frozen, so their output for a training sequence is the same at every epoch. With
-``--cache-frozen`` they run once over the training set, before the first step, and each
-optimiser step runs only the k trained layers and the head on the stored hidden states (passed
-to the model as ``inputs_embeds`` while its layer list holds only the top k). An epoch then costs
-about k / L of a forward and the backward through the k layers; the cache itself costs one
-forward of the frozen layers, so it pays from the second epoch on. With ``--last-k 0`` (the
-head alone) the stored states are the body's final output and an epoch costs only the head.
+With ``--cache-frozen`` the first L - k layers (frozen by ``prmkit.train.loop.set_trainable``)
+run once over the training set, and each optimiser step runs only the top k layers and the head
+on the stored hidden states (as ``inputs_embeds``, the layer list cut to the top k). With
+``--last-k 0`` the stored states are the body's final output and a step runs the head alone.
+The frozen outputs are read from a whole forward (``output_hidden_states``), as one tree of the
+training sequences where attention takes a custom mask (:mod:`prmkit.train.frozentree`).
 
-The frozen layers' outputs are read from a whole forward (``output_hidden_states``), which
-costs k / L more than the frozen layers alone and needs nothing of the model's internals.
-Where the model's attention takes a custom mask, that forward reads the training sequences as
-one tree of their token ids, each distinct prefix once (:mod:`prmkit.train.frozentree`).
-The cached forward checks itself against the uncached one on the first batch (its first
-``CHECKED`` sequences), in float32: the step logits must agree within ``TOLERANCE``, or
-training stops with an error naming the model class (a model that adds position embeddings
-to ``inputs_embeds``, as GPT-2 does, fails here).
-Dev sequences (``--eval-data``) go through the same pass, so validation runs only the top
-(:meth:`CachedSteps.probabilities`): with the head alone, an epoch's validation costs the head's
-arithmetic instead of a full forward of the dev set in float32.
-Hidden states are kept in float32: hidden size x 4 bytes a token (SmolLM2-135M: 2.3 KB, so
-100k training tokens take 230 MB). Under several processes (DDP) the objective runs uncached.
+The cached forward is checked against the uncached one on the first ``CHECKED`` sequences in
+float32: the step logits must agree within ``TOLERANCE``, or training stops with an error
+naming the model class (a model that adds position embeddings to ``inputs_embeds``, as GPT-2,
+fails here). Dev sequences go through the same pass (:meth:`CachedSteps.probabilities`). Hidden
+states are float32: hidden size x 4 bytes a token. Under DDP the objective runs uncached.
 
-A store (``--frozen-store DIR``) keeps the stored outputs on disk, one safetensors file per
-(frozen weights, k, dtype), each sequence under the digest of its ids: a later run on the same
-base reads the sequences it finds there instead of running the frozen layers (the lab demo's
-PRM and ORM train on the same candidates, so the ORM's pass is free). A file whose weights,
-k or dtype differ is another file, never a wrong answer.
+A store (``--frozen-store DIR``) keeps the outputs on disk, one safetensors file per (frozen
+weights, k, dtype), each sequence under the digest of its ids; a later run on the same base
+reads what it finds there. A file whose weights, k or dtype differ is another file.
 """
 
 from __future__ import annotations
@@ -277,7 +265,7 @@ class CachedSteps:
         """Every sequence's LM features now (a surprisal head alone; from the store where it
         has them), then the store written (:meth:`FrozenLayers.flush`). The sequences the store
         lacks go through the vocabulary projection in batches of the token budget, each
-        distinct one once (one at a time, seed 0's lab training set took 108 s here)."""
+        distinct one once."""
         if self.objective.reader.surprisal is not None and not self.frozen.k:
             from prmkit.models.reading import token_budget_batches
             from prmkit.progress import progress

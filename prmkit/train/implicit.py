@@ -1,33 +1,20 @@
 """Train an implicit PRM from outcome labels only (no step labels).
 
-Paper: Yuan et al. 2024, "Free Process Rewards without Process Labels" (arXiv 2412.01981).
+Paper: Yuan et al. 2024, "Free Process Rewards without Process Labels" (arXiv 2412.01981). The
+reward r(y) = beta * sum_t log(pi(y_t)/pi_ref(y_t)) over the response tokens (pi trained,
+pi_ref the frozen starting model) is trained as an outcome reward model, by:
 
-The reward of a solution y is parameterised as r(y) = beta * sum_t log(pi(y_t)/pi_ref(y_t)) over
-its response tokens, pi the trained policy and pi_ref the frozen starting model, and trained as
-an outcome reward model. Two objectives (the paper instantiates both, and others):
+* ``ce``: cross-entropy of sigmoid(r) on ``is_correct``; works with one solution per problem
+  and unbalanced labels (the paper's most data-efficient choice);
+* ``dpo``: pairs of a correct and a wrong solution of one ``group``, -log sigmoid(r(chosen) -
+  r(rejected)) (DPO, Rafailov et al. 2023).
 
-* ``ce``: cross-entropy on ``is_correct``, l * log sigmoid(r) + (1 - l) * log(1 - sigmoid(r));
-  it works with one solution per problem and unbalanced labels, the paper's most data-efficient
-  choice;
-* ``dpo``: pairs of a correct and a wrong solution of the same problem (same ``group``),
-  -log sigmoid(r(chosen) - r(rejected)), as in DPO (Rafailov et al. 2023).
-
-The trained model scores steps for free through :class:`prmkit.models.backends.implicit.ImplicitPRM`
-(the token log ratios summed over each step, per-step and cumulative forms; see there).
-
-Text layout: the solution is encoded by the step format (:mod:`prmkit.stepformat`), the one
-place that turns (problem, steps) into ids, so the tokens trained as "the response" are exactly
-the tokens the scorer later groups into steps. The default format ``chat`` is the chat prompt
-the policy itself is sampled with (:mod:`prmkit.generate.prompts`).
-
-Costs. The reference is frozen, so its log-probabilities of the training solutions are
-computed once, before the first step, with the starting weights (which *are* the reference),
-and kept as one number per solution: training runs only the policy. Validation and the saved
-folder need the reference as a model; its memory cost is documented in
-:mod:`prmkit.models.backends.implicit` (``last-k``: k extra layers; LoRA: none; full: a second copy).
-
-The trained folder records ``kind: implicit-prm``, the base (the reference) and ``beta``;
-``prmkit score --model DIR`` and every evaluation load it through the PRM protocol.
+Solutions are encoded by the step format (default ``chat``, the policy's own chat prompt), so
+the response tokens trained are the ones the scorer
+(:class:`prmkit.models.backends.implicit.ImplicitPRM`) groups into steps. The reference's
+log-probabilities are computed once before the first step; training runs only the policy. The
+folder records ``kind: implicit-prm``, the base (the reference) and ``beta``; ``prmkit score``
+and every evaluation load it as a PRM.
 """
 
 from __future__ import annotations

@@ -1,28 +1,19 @@
 """The training loop that the trainers share.
 
-* which parameters train: ``full`` (everything), ``lora`` (low-rank adapters through ``peft``,
-  Hu et al. 2021, plus the new head), or ``last-k`` (the last k transformer layers, the final
-  norm and the head; the practical choice on a CPU, where a full fine-tune of a 135M model costs
-  3 to 10 s a batch);
-* batches: examples shuffled from the seed, sorted by length within chunks of
-  ``BUCKET`` examples and packed under a token budget (:func:`training_batches`), the batch
-  order shuffled per epoch from the seed, so a resumed run sees exactly the batches an
-  unbroken run would. Sorting the whole set instead would put a problem's candidates, which
-  are often the same length or the same text, into one batch: every batch one problem's labels,
-  and the model swinging from one problem to the next (measured: the demo's ORM ended at a
-  training loss of 1.46, worse than a constant guess);
-* the loss: the trainer's objective, ``objective(examples, device, via) -> loss`` (the PRM's
-  in :mod:`prmkit.train.prm`, the ORM's in :mod:`prmkit.train.orm`, the implicit PRM's in
-  :mod:`prmkit.train.implicit`), called under autocast; the loop knows no loss of its own;
+* which parameters train: ``full``, ``lora`` (low-rank adapters through ``peft``, Hu et al.
+  2021, plus the new head) or ``last-k`` (the last k transformer layers, the final norm and the
+  head; the practical choice on a CPU);
+* batches: a seeded shuffle cut into chunks of ``BUCKET`` examples, each sorted by length and
+  packed under a token budget (:func:`training_batches`), the batch order shuffled per epoch
+  from the seed, so a resumed run sees exactly the batches an unbroken run would;
+* the loss: the trainer's ``objective(examples, device, via) -> loss``, called under autocast;
 * validation every ``eval_every`` optimiser steps (default: each epoch's end) and after the last
-  step, a fitness score
-  from the caller, ``DIR/metrics.jsonl``, ``DIR/last/`` and ``DIR/best/`` (like a detector
-  trainer's last.pt and best.pt), and resume from ``DIR/last/`` after a kill at any moment
-  (the write order, and the recovery at the start, are :mod:`prmkit.train.checkpoint`'s); a
-  finished run, rerun, says it is done and returns the whole run's validation lines;
-* ``accelerate``: the loop runs unchanged under ``accelerate launch`` (DDP on CPU with gloo, or
-  GPUs; DeepSpeed ZeRO through an accelerate config). Each process takes its share of every
-  optimiser step's batches; only the main process validates and writes.
+  step, with a fitness score from the caller; ``DIR/metrics.jsonl``, ``DIR/last/`` and
+  ``DIR/best/``; resume from ``DIR/last/`` after a kill at any moment
+  (:mod:`prmkit.train.checkpoint`); a finished run, rerun, returns its validation lines;
+* ``accelerate launch`` runs the loop unchanged (DDP, DeepSpeed ZeRO through an accelerate
+  config); each process takes its share of every step's batches, the main process alone
+  validates and writes.
 """
 
 from __future__ import annotations

@@ -1,28 +1,19 @@
 """Train a process reward model: cross-entropy on step labels, read at the end of each step.
 
-Papers: Lightman et al. 2023, "Let's Verify Step by Step" (human step labels, PRM800K; training
-only up to the first error); Wang et al. 2023, "Math-Shepherd" (Monte Carlo labels; soft labels
-trained against [p, 1-p]; the " ки" tag read as "+"/"-" label tokens); Zhang et al. 2025,
-"The Lessons of Developing Process Reward Models" (Qwen2.5-Math-PRM, a 2-class head).
+Papers: Lightman et al. 2023, "Let's Verify Step by Step" (human step labels, PRM800K); Wang et
+al. 2023, "Math-Shepherd" (Monte Carlo labels, soft labels, "+"/"-" label tokens); Zhang et al.
+2025, "The Lessons of Developing Process Reward Models" (Qwen2.5-Math-PRM, a 2-class head).
 
-Everything goes through the step format (:mod:`prmkit.stepformat`): the trainer encodes each
-(problem, steps) with it and computes the loss with :class:`prmkit.models.reading.Reader` at the read
-positions it returns, the same reader that ``prmkit score`` uses. Unlabelled (null) steps are
-masked. A solution longer than ``max_length`` is cut, and only the steps whose read position
-still fits are trained: step k's target is always at step k's position, whatever the cut.
+Each (problem, steps) is encoded by the step format and read by
+:class:`prmkit.models.reading.Reader`, as ``prmkit score`` reads it. Null labels are masked. A
+solution longer than ``max_length`` is cut, and only steps whose read position fits are
+trained.
 
-Heads (``head``):
-  ``class``         a new 2-class head on every token (Qwen2.5-Math-PRM style); read class 1;
-  ``label-tokens``  the LM head's "+" and "-" logits (Math-Shepherd / OpenRLHF style);
-  ``hazard``        the 2-class head read at every token as P(no error at this token); step
-                    k's score is the product up to step k's read position (a discrete-time
-                    survival model of the first error: Singer & Willett 1993; the labels are
-                    the same first-error step labels). A wrong step's evidence (a result the
-                    calculation does not give, an operation the problem does not say) sits at
-                    the tokens where it happens, and every later step inherits it, as the
-                    first-error labels do; a head read only at the tags must learn both;
-  ``surprisal``     the hazard head that also reads the LM's surprise at every token, weighed
-                    by the token's state (:mod:`prmkit.models.surprisal`; tied embeddings).
+Heads (``head``): ``class`` (a 2-class head on every token, read class 1), ``label-tokens``
+(the LM head's "+" and "-" logits), ``hazard`` (the 2-class head as P(no error) at every token,
+a step's score the product up to its read position; a discrete-time survival model, Singer &
+Willett 1993) and ``surprisal`` (a hazard head that also reads the LM's surprise,
+:mod:`prmkit.models.surprisal`).
 """
 
 from __future__ import annotations
@@ -169,12 +160,8 @@ def step_examples(records: Sequence[Record], bound: BoundFormat, max_length: int
 
 def init_hazard_head(model: Any, examples: Sequence[Example], surprisal: bool = False) -> None:
     """Start a hazard head (``--head hazard``) where a step's score is about 1/2 at the mean
-    read position L: every token's P(no error) starts at 2 ** (-1 / L) (the head's bias;
-    class 1 is the positive class of a trained head), instead of 1/2 per token, which would put
-    every step's score near 0 and its loss in the tens. The weights start at 0: random ones
-    add noise to every token's keep logit, and the sum of log-sigmoids of noisy logits falls
-    with the noise (Jensen), so a long solution would start far below 1/2. A surprisal head's
-    gates start at 0 too."""
+    read position L: every token's P(no error) at 2 ** (-1 / L) (the head's bias; class 1 is
+    positive), the weights (and a surprisal head's gates) at 0 (docs/training.md)."""
     import math
 
     import torch

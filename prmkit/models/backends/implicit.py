@@ -1,47 +1,23 @@
 """The implicit PRM: step rewards from an outcome-trained log-likelihood ratio.
 
-Paper: Yuan et al. 2024, "Free Process Rewards without Process Labels" (arXiv 2412.01981).
-PRIME (Cui et al. 2025, "Process Reinforcement through Implicit Rewards") uses the same reward
-online during RL.
+Paper: Yuan et al. 2024, "Free Process Rewards without Process Labels" (arXiv 2412.01981);
+PRIME (Cui et al. 2025) uses the same reward online during RL. An outcome reward model
+parameterised as r(y) = beta * sum_t log(pi(y_t | y_<t) / pi_ref(y_t | y_<t)) over response
+tokens and trained on outcome labels (:mod:`prmkit.train.implicit`) gives process rewards: the
+partial sums q_t are, by the paper's proposition, a Q value at token t.
 
-An outcome reward model whose reward is parameterised as
+Step k covers ``input_ids[step_ends[k-1]:step_ends[k]]`` of the step format (the separator
+before a step belongs to it). Forms, all including beta:
 
-    r(y) = beta * sum_t log( pi(y_t | y_<t) / pi_ref(y_t | y_<t) )      (t over response tokens)
+* ``step``: r_k, the token log ratios summed inside step k;
+* ``cumulative``: q_k = r_0 + ... + r_k (the paper's q); the last q is the outcome reward;
+* ``probability`` (the default of :meth:`ImplicitPRM.score`): sigmoid(q_k), in [0, 1] like every
+  other PRM's score (the trainer fits sigmoid(r) to P(correct)).
 
-and trained on outcome labels only (:mod:`prmkit.train.implicit`) gives process rewards for
-free: the partial sums q_t = beta * sum_{i<=t} log(pi/pi_ref)(y_i) are, by the paper's
-proposition, the exponential average beta * log E_{pi_ref}[exp(r(y)/beta) | y_<=t], i.e. a
-Q value at token t. Here a step's tokens are the tokens the step format (:mod:`prmkit.stepformat`)
-gives it: step k covers ``input_ids[step_ends[k-1]:step_ends[k]]`` (the separator before a step
-belongs to that step; step 0 starts where the problem's head ends). So, for every solution:
-
-* ``step`` form: r_k = sum of the token log ratios inside step k (times beta), the per-step
-  process reward r_k = q_k - q_{k-1} of the paper;
-* ``cumulative`` form: q_k = r_0 + ... + r_k, the value of the prefix that ends with step k;
-* ``probability`` form (the default for :meth:`ImplicitPRM.score`): sigmoid(q_k). The trainer
-  fits sigmoid(r) to P(correct) with cross-entropy, so this is the model's success probability
-  for the prefix, a number in [0, 1] like every other prmkit PRM's score, usable with ``prod``,
-  ``min``, ``last`` and ProcessBench's threshold of 0.5.
-
-The step rewards sum to the outcome reward, and the last q is the outcome reward, exactly (up
-to float rounding; tested). The cumulative form is the paper's q (its Proposition defines q_t as
-this partial sum). Best-of-N: prmkit ranks by the weakest step, ``min`` over q_k, which is
-``--by prm-min`` on the probability form (sigmoid is monotone), as Lightman et al. 2023 rank by
-the weakest step; ``prm-last`` is the outcome reward alone. We have not checked which aggregate
-the paper's own best-of-N tables use; ``bench/implicit_prm.py`` reports every rule.
-
-Two models, one copy of shared weights (see :func:`share_frozen`):
-
-* ``last-k`` training: the policy is the base with its last k layers and final norm replaced,
-  the reference is the base. Every other tensor is shared, so the extra memory is k layers
-  (SmolLM2-135M, k = 2: 7.1M parameters, 28 MB in float32, against 540 MB for a second copy);
-* LoRA: the reference is the same model with its adapters switched off (``reference=None``):
-  no extra weights at all;
-* full fine-tuning: two full copies.
-
-Scoring costs two forward passes per solution (policy and reference). Only the response
-tokens go through the vocabulary projection, in chunks, so the (tokens x vocabulary) logits
-never exist at once.
+The reference is the base model: with ``last-k`` training the two share every tensor but the
+last k layers and final norm (:func:`share_frozen`); with LoRA it is the policy with its
+adapters off (``reference=None``); full fine-tuning holds two copies. Scoring costs two forward
+passes per solution; only response tokens go through the LM head, in chunks.
 """
 
 from __future__ import annotations

@@ -1,53 +1,30 @@
 """Score steps through a running ``prmkit serve``, over HTTP.
 
-The wire contract (version 1)
------------------------------
-This is what the client sends and expects; ``prmkit serve`` (issue 9) implements it.
-
-``POST {base_url}/v1/score``, ``Content-Type: application/json``, and
-``Authorization: Bearer TOKEN`` when a token is set. Body::
+The wire contract (version 1), which ``prmkit serve`` implements: ``POST {base_url}/v1/score``
+(``Authorization: Bearer TOKEN`` when a token is set) with body::
 
     {"problems": ["...", ...],            # one string per solution
      "steps": [["...", ...], ...]}        # one list of step strings per solution, same length
 
-The server may accept more request fields (for instance full texts to split, or the aggregates
-it should return); a client that sends only these two must always be served.
-
-Success, ``200``, a JSON object::
+A server may accept more fields, but must always serve these two. Success, ``200``::
 
     {"step_scores": [[0.93, 0.41, null], ...],   # one list per solution, one entry per step
      "model": "name or path of the PRM",
      "format": "step format name",
      "aggregates": {"prod": [0.38, ...], ...}}   # optional, one value per solution
 
-``step_scores[i]`` has exactly ``len(steps[i])`` entries, in order. An entry is a finite number
-in [0, 1], or ``null`` for a step the model could not read (the solution was cut at the model's
-maximum length); never a made-up or shifted value. The client checks all of this and rejects a
-response that breaks it.
+``step_scores[i]`` has exactly ``len(steps[i])`` entries, each a finite number in [0, 1] or
+``null`` (a step past the model's maximum length); the client rejects a response that breaks
+this. Errors: a non-2xx status with ``{"error": {"message", "type"}}`` (FastAPI's ``detail``
+forms are understood too), the message shown as it is. 4xx are never retried; 503 with
+``Retry-After`` means overloaded (the client waits, at most ``max_retry_after``), so overload
+must be 503, not 429. ``GET {base_url}/health`` -> ``{"status": "ok", "model", "format"}``.
 
-Errors: any non-2xx status with, preferably, ``{"error": {"message": "...", "type": "..."}}``
-(FastAPI's ``{"detail": "..."}`` and ``{"detail": [{"loc": [...], "msg": "..."}]}`` are
-understood too). The message is shown to the user as it is, so it should say what was wrong:
-
-* ``400``/``413``/``422``: a bad request (malformed body, too many steps, too many tokens).
-  Never retried.
-* ``401``/``403``: missing or wrong token. Never retried.
-* ``503`` with ``Retry-After: SECONDS``: overloaded (the queue is full); the client waits that
-  long (at most ``max_retry_after``) and retries. ``502``/``504`` are retried with backoff.
-  Overload must be signalled with 503, not 429: the client does not retry any 4xx.
-
-``GET {base_url}/health`` -> ``200`` ``{"status": "ok", "model": "...", "format": "..."}``
-(same Authorization header; a server may leave health open).
-
-The client
-----------
-Only the standard library (``urllib.request`` and ``json``), so the core needs no new
-dependency. Solutions go in requests of at most ``batch_size``, up to ``concurrency`` at once
-(a thread pool); results come back in input order. Connection errors (refused, reset,
-timed out) and 502/503/504 are retried up to ``retries`` times with exponential backoff
-(``backoff * 2**attempt`` seconds, with a little jitter); a 503's ``Retry-After`` wins over the
-backoff. Scoring is idempotent, so a retry is always safe. Proxies from the environment are
-used, except for loopback addresses.
+The client uses the standard library only. Solutions go in requests of at most ``batch_size``,
+``concurrency`` at once, results in input order. Connection errors and 502/503/504 are retried
+up to ``retries`` times with backoff ``backoff * 2**attempt`` seconds plus jitter (a 503's
+``Retry-After`` wins); scoring is idempotent, so a retry is safe. Environment proxies are used
+except for loopback addresses.
 """
 
 from __future__ import annotations

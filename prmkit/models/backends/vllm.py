@@ -1,93 +1,21 @@
 """Score steps on GPUs through vLLM's offline pooling API (the optional extra ``prmkit[vllm]``).
 
-The same step format as every other backend builds the inputs: ``StepFormat.bind(tokenizer)
-.encode(problem, steps)`` gives the token ids and the read positions, vLLM receives the ids
-themselves (``{"prompt_token_ids": ids}``, a ``TokensPrompt``), never text it would tokenise
-its own way, and prmkit reads the scores at the read positions itself. So a step is read at
-exactly the token where the HF backend and the trainer read it.
+The step format builds the inputs as for every other backend: vLLM receives the token ids of
+``StepFormat.bind(tokenizer).encode(problem, steps)`` (a ``TokensPrompt``), never text, and
+prmkit reads the scores at the read positions itself, so a step is read at exactly the token
+where the HF backend and the trainer read it.
 
-How it asks vLLM
-----------------
-* The engine: ``vllm.LLM(model=..., runner="pooling", dtype=..., tensor_parallel_size=...,
-  gpu_memory_utilization=..., trust_remote_code=..., max_model_len=...)``.
-* Per-token outputs: ``llm.encode(prompts, pooling_params=PoolingParams(use_activation=False),
-  pooling_task="token_classify")``; ``outputs[i].outputs.data`` is a (tokens x labels) tensor of
-  raw logits, one row per prompt token. ``use_activation=False`` turns off vLLM's own
-  softmax/sigmoid, so prmkit applies the format's reading rule to the logits, as in ``hf.py``:
-  ``classes`` -> softmax over the row, take ``positive_class``; ``value`` -> sigmoid.
-* Step pooling. Some models default to vLLM's STEP pooler with a step tag (Qwen2.5-Math-PRM:
-  ``Qwen2ForProcessRewardModel``, tag id 151651 = ``<extra_0>``). Then vLLM returns only the
-  rows of the tag tokens. :func:`rows_for_positions` handles both shapes: all rows (index them by
-  read position) or one row per tag occurrence (map each read position to its rank among the
-  occurrences of its token, after checking that every read position holds that token and the
-  counts agree). Anything else is an error, never a guess.
-* Truncation: solutions are cut to ``max_model_len`` by the step format (as in ``hf.py``);
-  steps past the cut come back as None, never shifted. A solution with no readable step is not
-  sent to vLLM at all.
+The engine is ``vllm.LLM(..., runner="pooling")``; scores come from ``llm.encode(...,
+pooling_task="token_classify")`` with ``PoolingParams(use_activation=False)`` (raw logits), read
+by the format's rule (``classes``: softmax, ``value``: sigmoid). Both all-token and step-tag
+pooling outputs are accepted (:func:`rows_for_positions`). Steps past ``max_model_len`` come
+back as None. Engine keyword arguments not named here pass through to ``vllm.LLM``.
 
-Label-token formats (Math-Shepherd, RLHFlow)
---------------------------------------------
-A causal LM read at label tokens needs two logits of the vocabulary at each read position.
-vLLM's pooling runner does not return vocabulary logits, and ``LLM.generate`` with
-``prompt_logprobs`` only returns the top-k and the actual next token at each position (the
-label tokens would need k = the vocabulary, for every token of every prompt), so neither is
-cheap. What vLLM does offer is its online conversion of a causal LM into a classifier whose
-head is built from rows of the LM head (``classifier_from_token`` with ``method:
-"from_2_way_softmax"``, made for rerankers such as Qwen3-Reranker): the head is
-``W[positive] - W[negative]``, a one-logit head whose sigmoid is exactly softmax over the
-(positive, negative) logits, provided the LM head has no bias and no logit soft-capping or
-scaling. With ``convert_label_tokens=True`` this backend asks for that conversion
-(``convert="classify"``, ``hf_overrides={"classifier_from_token": [negative, positive],
-"method": "from_2_way_softmax", "num_labels": 1}``) and reads the one logit through a sigmoid.
-It is off by default, because it has not been run on a GPU (below); without it a label-token
-format is refused with a clear error (use the HF backend, or a head model).
-
-What this was written against, and what was verified
-----------------------------------------------------
-Written against the vLLM documentation and source of the ``runner``/``pooling_task`` era:
-vLLM 0.11.1 and later (the earliest documentation read with ``PoolingParams.use_activation``;
-0.10.2 still has ``activation``/``softmax``), read up to the main branch, whose ``PoolingParams``
-keeps ``use_activation``, ``step_tag_id`` and ``returned_token_ids``:
-
-* https://docs.vllm.ai/en/latest/models/pooling_models/reward/ (process reward models use
-  ``pooling_task="token_classify"``; ``output.outputs.data``)
-* https://docs.vllm.ai/en/latest/models/pooling_models/token_classify/
-* https://docs.vllm.ai/en/v0.11.2/api/vllm/model_executor/models/qwen2_rm/ (STEP pooling
-  default for ``Qwen2ForProcessRewardModel``)
-* vllm source: ``vllm/pooling_params.py`` (``use_activation``), ``vllm/model_executor/layers/
-  pooler/tokwise/methods.py`` (``StepPool``: all rows unless ``step_tag_id`` is set),
-  ``vllm/model_executor/models/config.py`` (``Qwen2ForProcessRewardModelConfig`` sets the tag
-  151651), ``vllm/model_executor/models/adapters.py`` (``as_seq_cls_model``,
-  ``load_weights_using_from_2_way_softmax``)
-* https://docs.vllm.ai/en/v0.11.1/api/vllm/pooling_params/ and
-  https://docs.vllm.ai/en/v0.16.0/api/vllm/pooling_params/ (``use_activation``);
-  https://docs.vllm.ai/en/v0.10.2/api/vllm/pooling_params.html (the older flags)
-* https://github.com/vllm-project/vllm/pull/20538 (per-request activation control)
-
-Engine keyword arguments not named here (``enforce_eager``, ``max_num_batched_tokens``,
-``enable_chunked_prefill``, ...) pass through to ``vllm.LLM``. Some releases refuse partial
-prefill with ALL pooling; if vLLM says so, raise ``max_num_batched_tokens`` to at least
-``max_model_len`` or turn chunked prefill off.
-
-Older vLLM (``task="reward"``, ``pooling_task="encode"``, ``PoolingParams(softmax=...)``) is
-refused at load time: without ``use_activation`` there is no reliable way to know whether the
-rows are logits or probabilities.
-
-Verified here (CPU only, no vLLM installed): the pure parts, with fake vLLM outputs and fake
-engines in ``tests/test_models_vllm.py``: prompts are exactly the step format's ids, rows are
-read at the read positions (all-token and tag-only shapes), the reading rules, truncation to
-None, the engine arguments, the label-token overrides, the refusal of old vLLM. NOT verified:
-anything that needs vLLM on a GPU: that ``runner="pooling"`` plus ``token_classify`` returns
-one row per prompt token for a ``*ForTokenClassification`` model, that ``use_activation=False``
-gives logits for every model class, the label-token conversion, and agreement with ``hf.py``.
-The GPU tests in ``tests/test_models_vllm.py`` check the last point where vLLM and CUDA exist.
-
-A known risk, from reading the source: a ``*ForTokenClassification`` model as TRL's PRMTrainer
-saves it has a bias in its head (``score.bias``), while the head vLLM builds when it converts a
-causal architecture into a classifier (``as_seq_cls_model``) has none. Such a model may then fail
-to load in vLLM, or lose its bias; the GPU test (a tiny token classifier with a bias, compared
-with ``hf.py``) is there to catch it. Models with their own vLLM class (Qwen2.5-Math-PRM) are
-not affected.
+Label-token formats (Math-Shepherd, RLHFlow) are refused unless ``convert_label_tokens=True``,
+which has vLLM build a one-logit head ``W[positive] - W[negative]`` from the LM head; this is
+exact only for an LM head without bias, soft-capping or scaling, and is untested on a GPU.
+vLLM older than ``PoolingParams.use_activation`` (0.11.1) is refused at load time. The sources
+this follows and what is verified: docs/scoring.md, "Design notes".
 """
 
 from __future__ import annotations

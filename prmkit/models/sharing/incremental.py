@@ -1,60 +1,26 @@
 """Incremental PRM scoring for search: each token of a search tree goes through the PRM once.
 
-Search (beam, DVTS, MCTS: :mod:`prmkit.search`) grows partial solutions one step at a time and
-needs the PRM's score of every new step. Scoring each grown solution from scratch re-reads the
-problem and every earlier step at every iteration, so a path of depth D costs O(D^2) step
-tokens. Here a partial solution is a :class:`Prefix`: its steps, its step scores, and, for a
-transformers PRM, the key-value cache of its tokens. Extending it by one step feeds only the
-new tokens, with the prefix's cache as ``past_key_values``, and reads the new step's score
-through the PRM's own :class:`prmkit.models.backends.hf.Reader` (so every HF PRM, and the default PRM,
-works unchanged).
+Search (:mod:`prmkit.search`) grows partial solutions one step at a time. A partial solution is
+a :class:`Prefix`: its steps, its step scores and, for a transformers PRM, the key-value cache
+of its tokens. Extending it feeds only the new step's tokens on top of the prefix's cache and
+reads the score through the PRM's own :class:`prmkit.models.backends.hf.Reader`.
 
 Two scorers, one contract (:class:`PrefixScorer`):
 
 * :class:`IncrementalPRM` wraps an :class:`~prmkit.models.backends.hf.HFPRM` and reuses caches.
-* :class:`RescoringScorer` wraps any PRM (:class:`prmkit.models.base.PRM`: remote, vLLM, an
-  oracle in tests) and re-scores every grown solution whole, one forward pass per solution.
-  Over an HFPRM it is the *reference mode* of the incremental scorer: the tests show both give
-  the same scores (to 1e-4 in float32).
+* :class:`RescoringScorer` wraps any PRM and re-scores every grown solution whole; over an
+  HFPRM it is the reference for the incremental scorer (same scores to 1e-4 in float32).
 
-Why reuse is exact. In a causal model a token's output depends only on the tokens before it,
-so a child may reuse its parent's cache for every leading id the two share. A format that
-tokenises piece by piece makes the parent's ids a prefix of the child's by construction; one
-that tokenises the whole text in one call (the public recipes: Math-Shepherd, Qwen, RLHFlow;
-:meth:`prmkit.stepformat.BoundFormat.encode`) usually does, but a tokenizer may merge the
-last token of the parent with what the child adds. The scorer takes neither on trust: it
-encodes every grown solution with the step format and compares the parent's ids with the
-child's, per solution. When the parent's ids are not all a prefix of the child's, the child
-reuses the cache of the ids they do share (read from scratch when they share none) and is
-counted in ``fallbacks`` (``partial`` counts those that still reused a part). A root is the
-problem's ids before the first step; under a whole-text format its last token is left out
-(the text before a step often ends in a space or newline that the step's first token takes).
-Bidirectional models (BERT-like) and models with sliding-window attention cannot reuse a
-cache at all: :func:`prefix_scorer` gives them the rescoring scorer. A hazard head (``--head
-hazard`` or ``surprisal``) sums over every token, so a prefix also keeps its segment's log S
-at each token (and a surprisal head the final hidden states), and a child continues the sum
-from the token before its new ids.
+Reuse is checked, not assumed: every grown solution is encoded with the step format, and a
+child whose ids do not begin with its parent's reuses only the cache of the ids they share and
+is counted in ``fallbacks`` (``partial``: those that still reused a part). Models that cannot
+reuse a cache (bidirectional, sliding-window) get the rescoring scorer from
+:func:`prefix_scorer`. A prefix keeps the cache of its own segment only, plus a reference to its
+parent, so a pruned node's cache is freed when nothing refers to it (:func:`release`).
 
-Batching. All items of one ``extend`` call go through the model together, in batches of at
-most a quarter of the PRM's token budget (rows x (cached + new) tokens, since every row holds a
-copy of its prefix's cache): each row is one new step on top of its parent's cache. Caches of
-different lengths are left-padded (masked, with each row's position ids continuing its own
-prefix), new ids are right-padded; when every row has the same cached length (the children of
-one parent, say) no mask is needed at all, as for one-pass scoring. The roots (the problem text
-alone) of a batch of problems are read in one pass too.
-
-Memory. A prefix keeps the cache of *its own* tokens only (its segment: the separator and the
-new step), plus a reference to its parent; the cache of a whole path is put together from the
-segments when the path is extended. Every token of the live tree is therefore stored once,
-and a pruned node's segment is freed as soon as nothing refers to it: a search that drops a
-beam drops its :class:`Prefix`, and the segments of its ancestors go when their last live
-descendant goes; a finished solution's own segment is dropped at once (:func:`release`). Per token the cache takes ``2 x layers x kv_heads x head_dim`` numbers
-(SmolLM2-135M in bfloat16: 23 KB), so a tree of 10,000 live tokens holds about 230 MB.
-
-Token accounting. ``tokens`` counts the tokens fed through the PRM's forward passes (padding
-excluded): with reuse, the problem once per root and each step (with its separator) once,
-and a step that one ``extend`` call asks twice on the same prefix (two samples with the same
-text) once; without, every grown solution whole. ``Prefix.cost`` is the share of one prefix.
+``tokens`` counts the tokens fed through the PRM's forward passes (padding excluded);
+``Prefix.cost`` is one prefix's share. Batching, memory and why reuse is exact:
+docs/scoring.md, "Design notes".
 """
 
 from __future__ import annotations
@@ -71,12 +37,9 @@ from prmkit.models.sharing.cachedpass import CachedPass, cached_forward
 class Prefix:
     """A scored partial solution: its steps, a score per step, and the scorer's private state.
 
-    ``cost`` is the number of PRM tokens processed to create this prefix (None when the PRM
-    cannot tell, e.g. a remote one). The fields after ``cost`` belong to
-    :class:`IncrementalPRM`: the full ids, the cache segment covering ``ids[kv_start:]`` (one
-    ``(keys, values)`` pair per layer) and the parent whose cache covers ``ids[:kv_start]``;
-    under a hazard head also the segment's log S at each token and, for a surprisal head, the
-    final hidden states there, which a continuation carries on from.
+    ``cost`` is the PRM tokens processed to create it (None when the PRM cannot tell). The
+    later fields belong to :class:`IncrementalPRM`: the full ids, the cache segment covering
+    ``ids[kv_start:]``, the parent covering ``ids[:kv_start]``, and a hazard head's carry.
     """
 
     problem: str
@@ -126,13 +89,9 @@ def prefix_scorer(prm: Any, kv_reuse: bool = True) -> PrefixScorer:
 
 
 class RescoringScorer:
-    """Any PRM: a grown solution is scored whole (one ``prm.score`` call per batch of items).
-
-    The new prefix keeps its parent's scores and adds the last step's score, so a path's
-    scores are the ones search ranked it by. PRM tokens are counted when the PRM exposes its
-    step format (``bound`` and ``max_length``, as the HF and vLLM scorers do), else ``tokens``
-    and every ``cost`` are None.
-    """
+    """Any PRM: a grown solution is scored whole; the new prefix keeps its parent's scores and
+    adds the last step's. ``tokens`` and every ``cost`` are None unless the PRM exposes its
+    step format (``bound`` and ``max_length``)."""
 
     def __init__(self, prm: Any):
         self.prm = prm
@@ -172,11 +131,10 @@ class RescoringScorer:
 
 
 def reuse_blocker(prm: Any, carries_hazard: bool = False) -> str | None:
-    """Why ``prm`` (an HFPRM) cannot reuse caches, or None when it can: an architecture off
-    :data:`prmkit.models.architectures.TREE_EXACT`, local attention (a search's lengths are not
-    known ahead), or a reading that is not one position per step. A hazard head can when the
-    caller carries each prefix's log S (``carries_hazard``: prefix sharing and
-    :class:`IncrementalPRM` do)."""
+    """Why ``prm`` (an HFPRM) cannot reuse caches, or None: an architecture off
+    :data:`prmkit.models.architectures.TREE_EXACT`, local attention, or a reading that is not
+    one position per step. A hazard head can when the caller carries each prefix's log S
+    (``carries_hazard``)."""
     why = share_blocker(prm, carries_hazard)
     if why is None and local_span(prm.model.config) is not None:
         why = f"{model_type(prm.model)} attends over a window of {local_span(prm.model.config)} tokens"
@@ -235,9 +193,8 @@ class IncrementalPRM:
         return roots
 
     def extend(self, items: Sequence[tuple[Prefix, str]]) -> list[Prefix]:
-        """Each item's child, scored on its parent's cache. An item that repeats an earlier
-        one (the same parent and step: samples of a step are often word for word the same)
-        is read once; the repeat gets a copy that shares its cache and costs 0 tokens."""
+        """Each item's child, scored on its parent's cache; an item repeating an earlier one
+        (same parent and step) is read once and its copy costs 0 tokens."""
         out: list[Prefix | None] = [None] * len(items)
         members: list[_Member] = []
         seen: dict[tuple[int, str], int] = {}
@@ -347,9 +304,8 @@ class _Member:
 
 
 def release(prefix: Prefix) -> None:
-    """Drop the cache segment of a prefix that will not be extended (a finished solution).
-    Its ancestors' segments stay as long as other prefixes refer to them; extending it anyway
-    reads it from scratch (a fallback), so this is never wrong, only slower."""
+    """Drop the cache segment of a prefix that will not be extended (a finished solution);
+    extending it anyway reads it from scratch, so this is never wrong, only slower."""
     prefix.kv = prefix.log_s = prefix.hidden = None
 
 
@@ -377,9 +333,7 @@ def _carried(base: Prefix | None, past: int) -> tuple[float, Any]:
 
 def head_ids(bound: Any, problem: str) -> list[int]:
     """The ids before the first step: ``encode(problem, [])`` (only the BOS token, if any,
-    when the format puts nothing before the first step: the ``turns`` layout). Under a
-    whole-text format the head's last token is left out: it is often a space or newline that
-    the first step's first token takes in the whole text."""
+    under the ``turns`` layout), its last token left out under a whole-text format."""
     ids = list(bound.encode(problem, []).input_ids)
     if getattr(bound.format, "tokenize", "pieces") == "whole" and len(ids) > len(bound.bos):
         ids = ids[:-1]

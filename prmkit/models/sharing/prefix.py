@@ -1,29 +1,20 @@
 """Prefix sharing: a group of candidates scored at the cost of its distinct tokens.
 
-Best-of-N, Monte Carlo labelling and RL score many solutions that begin alike: the N
-candidates of one problem share its prompt, and often their first steps. One-pass scoring
-(:class:`prmkit.models.backends.hf.HFPRM`) reads each candidate whole; here the candidates of
-one group (records with the same ``group`` and problem; in the server, the solutions of one
-micro-batch with the same problem) are read as a tree of their shared prefixes.
+The candidates of one group (records with the same ``group`` and problem; in the server, the
+solutions of one micro-batch with the same problem) are read as a tree of their shared prefixes
+(docs/scoring.md, "Prefix sharing"):
 
-* Where the model's attention takes a custom mask (``sdpa``, ``eager``), each group is the radix
-  tree of its candidates' own token ids, read in tree-attention passes (``tokentrees`` over
-  ``treepass``): every distinct prefix once, many groups a pass.
-* Otherwise the tree of shared *steps* (:func:`group_prefix`, :meth:`SharedPrefixScorer._grow`)
-  is read a depth at a time, each node on its parent's key-value cache (``cachedpass``).
+* where attention takes a custom mask (``sdpa``, ``eager``), the radix tree of the candidates'
+  token ids, in tree-attention passes (``tokentrees`` over ``treepass``), many groups a pass;
+* otherwise the tree of shared *steps* (:func:`group_prefix`), a depth at a time, each node on
+  its parent's key-value cache (``cachedpass``).
 
-It is exact because every candidate is read on its own ids (``encode(problem, steps)``, as
-one-pass scoring reads it), each token attending to exactly the ids before it in its own
-solution. Under a whole-text tokenisation a candidate whose ids do not begin with its node's is
-a counted fallback (it reuses what both share, or is read whole). A hazard head carries log S
-along each path. Scores equal one-pass scoring to ~1e-6 in float32.
-
-When it applies: an architecture on :data:`prmkit.models.architectures.TREE_EXACT`; under local
-attention only the groups whose solutions all fit the span (:meth:`SharedPrefixScorer.within_span`).
-Everything else is read plain, and :attr:`ShareStats.off` says why. Accounting
-(:class:`ShareStats`): ``plain`` is what one-pass scoring feeds, ``computed`` what this feeds,
-both in real tokens. Memory: a pass holds rows x tokens within a quarter of the token budget.
-docs/scoring.md has the measurements.
+Every candidate is read on its own ids, as one-pass scoring reads it (float32: ~1e-6); under a
+whole-text tokenisation a candidate whose ids do not begin with its node's is a counted
+fallback. Only architectures on :data:`prmkit.models.architectures.TREE_EXACT` share, and under
+local attention only groups that fit the span; the rest is read plain and :attr:`ShareStats.off`
+says why. :class:`ShareStats`: ``plain`` is what one-pass scoring feeds, ``computed`` what this
+feeds, in real tokens. A pass holds rows x tokens within a quarter of the token budget.
 """
 
 from __future__ import annotations

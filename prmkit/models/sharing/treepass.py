@@ -1,41 +1,22 @@
 """Tree attention: a group's tree of shared prefixes read in one forward pass.
 
-:mod:`prmkit.models.sharing.prefix` reads the candidates of a group as a tree: the group's prefix, a
-node for every run of steps that some of them share, and each candidate's suffix below its
-deepest node. Read a depth at a time, each node on its parent's key-value cache, that is one
-forward pass per depth and one for the suffixes, and on a CPU every pass costs the reading of
-all the model's weights whatever its size (SmolLM2-135M, bfloat16, one thread: 63 ms for a pass
-of 1 token, then about 2 ms a token), while a lab group's nodes are 20 to 100 tokens each: a
-group of 8 took 4 passes, and its shared tokens cost 1.8 times a plain token.
+A tree (:mod:`prmkit.models.sharing.prefix`) is one row of one pass. Its **segments** (a node's
+ids after those it shares with its parent, a candidate's after those it shares with its node)
+are laid end to end; each token gets the position id it has in its own solution and an attention
+mask that lets it see its own path only. This is the tree attention of speculative decoding's
+token trees (SpecInfer, Medusa), used to read solutions rather than draft them. Each token
+attends to exactly the ids before it in its own solution, at the same positions, so scores equal
+one-pass scores to float rounding (float32: ~1e-7). The trees of many groups are rows of one
+pass, padded on the right; a padding token sees only itself.
 
-Here a tree is one row of one pass. Its **segments** (a node's ids after those it shares with
-its parent, a candidate's ids after those it shares with its node) are laid end to end; each
-token gets the position id it has in its own solution, and an attention mask that lets it see
-its own path only: the tokens of its own segment up to itself and, of every ancestor segment,
-the tokens its path shares with that ancestor (those before the position where the child on its
-path begins). This is the tree attention of speculative decoding's token trees (SpecInfer,
-Medusa), used here to read solutions rather than to draft them. The trees of many groups are
-rows of the same pass, padded on the right; a padding token sees only itself.
+A row holds at most ``ROW_TOKENS`` tokens (attention costs its length squared), or one path
+where that is longer; a larger tree is split into rows (:func:`split_rows`), ancestors repeated
+and counted as computed. A hazard head sums its log keep probabilities along each token's own
+path (:func:`tree_survival`).
 
-Why it is exact: each token attends to the keys and values of exactly the ids before it in its
-own solution, at the same positions, as one-pass scoring reads it; a causal model's output at a
-position depends on nothing else. Scores equal one-pass scores to float rounding (float32:
-~1e-7).
-
-Rows. Attention over a row costs its length squared (the masked part is computed too; PyTorch's
-CPU kernel keeps memory linear in the length), so a row holds at most ``ROW_TOKENS`` tokens, or
-one solution's path where that is longer: a larger tree is split into rows (:func:`split_rows`),
-each with a share of its candidates and all their ancestors (repeated in each row that needs
-them, and counted as computed). docs/scoring.md gives the measured speed-ups.
-
-A hazard head (``--head hazard``, ``surprisal``) reads every token of a path, not one position
-per step: :func:`tree_survival` sums its log keep probabilities along each token's own path,
-and a surprisal head's LM features of a segment's first token come from the ancestor's token
-at the cut, the token before it in its solution.
-
-What it needs (:func:`pack_blocker`): a model whose attention takes an additive 4D mask as given
-and position ids (transformers' ``sdpa`` and ``eager`` attention; flash-attention kernels take
-no mask). Otherwise :mod:`prmkit.models.sharing.prefix` reads the tree a depth at a time on caches.
+Needs (:func:`pack_blocker`) attention that takes an additive 4D mask and position ids
+(transformers' ``sdpa`` and ``eager``); otherwise :mod:`prmkit.models.sharing.prefix` reads the
+tree a depth at a time on caches. Why one pass: docs/scoring.md, "Design notes".
 """
 
 from __future__ import annotations
@@ -91,15 +72,10 @@ def mask_blocker(model: Any) -> str | None:
 def token_tree(seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]],
                ) -> tuple[list[Segment], list[list[int]]]:
     """The radix tree of one group's id lists ``seqs`` (none empty), as segments, parents
-    first: a segment for each run of ids that the same solutions share, cut where two of them
-    part, so that every distinct prefix is one token of the tree, read once. Each segment reads
-    the positions of ``reads`` (per solution, its read positions) that fall inside it; per
-    solution, the segment that holds each of its reads, in order.
-
-    Cut at the token, not at the step: sampled steps often share their words up to a result's
-    digits, and the tree then shares those too (seed 0's lab test candidates with best-of-32's
-    further samples, SmolLM2's tokenizer, trees not cut into rows: 63,622 tokens where a tree
-    of whole shared steps reads 79,510 and one-pass scoring 365,059)."""
+    first: a segment for each run of ids that the same solutions share, cut at the token where
+    two of them part, so that every distinct prefix is read once. Each segment reads the
+    positions of ``reads`` (per solution, its read positions) that fall inside it; per
+    solution, the segment that holds each of its reads, in order."""
     segments: list[Segment] = []
     paths: list[list[int]] = [[] for _ in seqs]    # per solution, its segments, root first
     todo: list[tuple[list[int], int, int | None]] = [(list(range(len(seqs))), 0, None)]
@@ -164,9 +140,7 @@ def split_rows(segments: Sequence[Segment], cap: int) -> list[tuple[list[int], l
 def share_rows(rows: Sequence[Sequence[Segment]], cap: int) -> list[list[int]]:
     """Rows laid end to end in shared rows of at most ``cap`` tokens (or one row, when longer),
     first fit, longest first: the indices of the rows each shared row holds. Their segments
-    begin their own paths, so the mask keeps the trees apart, and a pass pads less (32 lab
-    groups of 8, 2 to 8 groups a pass: padding 34% to 51% of the real tokens in rows of one
-    tree each, 17% to 22% in shared rows of 512)."""
+    begin their own paths, so the mask keeps the trees apart, and a pass pads less."""
     size = [sum(len(s.ids) for s in row) for row in rows]
     bins: list[list[int]] = []
     room: list[int] = []
