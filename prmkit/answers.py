@@ -186,10 +186,7 @@ def _number_string(value: Fraction) -> str:
 
 def answer_key(answer: str | None) -> str | None:
     """A key for grouping ``answer`` with equivalent answers (majority vote); None stays None.
-
-    Plain numbers and simple fractions get their exact value (``"0.5"``, ``"1/3"``, ``"1000"``),
-    anything else :func:`normalize`. Limits: see the module docstring.
-    """
+    Limits: see the module docstring."""
     if answer is None:
         return None
     normalized = normalize(answer)
@@ -198,8 +195,8 @@ def answer_key(answer: str | None) -> str | None:
 
 
 def is_equivalent(a: str | None, b: str | None) -> bool:
-    """Whether answers ``a`` and ``b`` are the same: equal :func:`answer_key` values, or equal
-    by math-verify (tried both ways round). None or an empty answer equals nothing."""
+    """Whether answers ``a`` and ``b`` are the same (module docstring; math-verify is tried
+    both ways round)."""
     if a is None or b is None:
         return False
     key_a, key_b = answer_key(a), answer_key(b)

@@ -24,8 +24,7 @@ Two styles:
     is N.``, a blank line between examples, then the problem. A blank line or a new
     ``Question:`` ends the solution.
 
-Both teach the ``lines`` rule: small models keep to one step per line far more reliably than
-to blank lines between steps, and GSM8K's own solutions are written that way.
+Both teach the ``lines`` rule, the form of GSM8K's own solutions.
 """
 
 from __future__ import annotations

@@ -1,27 +1,20 @@
 """``prmkit lab active-learning``: label the convincing wrong answers, and count what it saves.
 
-Lightman et al. 2023, "Let's Verify Step by Step", section 4: labellers were shown the
-solutions the current PRM scores highly but that reach a wrong answer ("convincing wrong
-answers"); step labels chosen that way were about 2.6 times as data-efficient as uniformly
-chosen ones. Their recipe, in the lab:
+Lightman et al. 2023, "Let's Verify Step by Step", section 4: step labels on the solutions the
+current PRM scores highly but that reach a wrong answer are about 2.6 times as data-efficient
+as uniformly chosen ones. In the lab: a pool of ``--pool-n`` samples per training problem; a
+selector PRM trained on ``--selector-labels`` uniform picks per problem; for a budget of k
+labelled solutions per problem, three arms choose which k get exact step labels:
 
-* a pool of ``--pool-n`` samples per training problem from a fairly accurate policy (most
-  uniform picks are right, as in the paper);
-* a selector PRM, trained once per seed on a small uniform seed set (``--selector-labels`` per
-  problem, gold labels);
-* for a budget of k labelled solutions per problem, three arms choose which k get their exact
-  (gold) step labels, the paper's expert labeller: ``uniform`` (k at random), ``active``
-  (``--active-share`` of k, rounded, from the wrong-answer solutions the selector rates highest,
-  :func:`prmkit.train.active.convincing_wrong`, the rest the highest rated of the others), and
-  ``random-wrong`` (as many wrong-answer solutions, but at random, and the rest at random: it
-  separates the wrong-answer filter from the selector's ranking);
-* each arm's PRM is a head alone on the frozen SmolLM2-135M states (:mod:`prmkit.lab.heads`),
-  trained on its k labels per problem, at budgets ``--budgets`` and ``--seeds`` seeds;
-* quality: best-of-``--test-n`` accuracy on ``--test-problems`` test problems (by
-  ``prm-prod``) and step AUC against gold.
+* ``uniform``: k at random;
+* ``active``: ``--active-share`` of k from the wrong-answer solutions the selector rates
+  highest (:func:`prmkit.train.active.convincing_wrong`), the rest the highest rated others;
+* ``random-wrong``: as many wrong-answer solutions, and the rest, at random.
 
-Without the calculator (the default), where the learning curves still rise. The statistic and
-the claim ``active_learning_efficiency`` are in :mod:`prmkit.lab.activestats`.
+Each arm's PRM is a head alone on frozen SmolLM2-135M states, at budgets ``--budgets`` and
+``--seeds`` seeds, measured by best-of-``--test-n`` accuracy (``prm-prod``) and step AUC
+against gold, without the calculator by default. The claim ``active_learning_efficiency`` is in
+:mod:`prmkit.lab.activestats`.
 """
 
 from __future__ import annotations
@@ -43,7 +36,7 @@ STAGES_VERSION = 1
 
 @dataclass
 class ActiveLearningConfig:
-    """Sizes of ``prmkit lab active-learning`` (the defaults fit in about an hour on 2 cores)."""
+    """Sizes of ``prmkit lab active-learning``."""
 
     output: str = field(default="active_learning_out", metadata={"help": "folder for every file it writes"})
     seed: int = field(default=0, metadata={"help": "seed of the problems and the sampling"})

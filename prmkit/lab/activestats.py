@@ -1,26 +1,11 @@
 """Label efficiency of active learning, read off fitted learning curves, with its interval.
 
-Lightman et al. 2023 (figure 4) compare learning curves of PRMs trained on uniformly and on
-actively chosen labels, and find active learning about 2.6 times as data-efficient. Here each
-arm's quality q (best-of-N accuracy, in points) is fitted as a line in the log of the labels
-per problem L, one slope b shared by the arms (their curves parallel on a log axis, as in the
-paper's figure):
-
-    q = a_arm + b * log2(L)
-
-so an arm that needs r times fewer labels for every quality sits ``b * log2(r)`` above the
-other, and the **efficiency ratio** is ``r = 2 ** ((a_active - a_uniform) / b)``: the number of
-uniform labels needed for a quality divided by the number of active labels needed for it. With
-the same budgets for both arms, ``a_active - a_uniform`` is the difference of their mean
-qualities and b the pooled within-arm slope (:func:`shared_slope_ratio`). A slope at or below
-0 (curves that do not rise) leaves the ratio undefined.
-
-The interval resamples the test problems and the seeds together (the same draws for both
-arms, so the comparison is paired), refits, and takes the 2.5th and 97.5th percentiles of r.
-The claim ``active_learning_efficiency`` holds when the interval is above 1; a resample whose
-curves do not rise has no ratio, and when more than 2.5% of them have none the claim does not
-hold (an interval whose percentiles miss the point estimate, which skewed resamples can do,
-is widened to include it). The paper's 2.6 is written beside it.
+Lightman et al. 2023 (figure 4): active learning is about 2.6 times as data-efficient. Each
+arm's quality q (best-of-N accuracy, points) is fitted as ``q = a_arm + b * log2(L)`` in the
+labels per problem L, one slope b shared by the arms; the efficiency ratio is
+``r = 2 ** ((a_active - a_uniform) / b)``, undefined when b <= 0. The interval resamples test
+problems and seeds together, paired across arms. ``active_learning_efficiency`` holds when the
+interval is above 1 and at most 2.5% of the resamples have no ratio (docs/lab-active-learning.md).
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
-"""The lab demo's claims, each a paired difference over problems with a 95% bootstrap interval.
+"""The lab demo's claims, each a paired difference over problems with a 95% bootstrap interval
+(:mod:`prmkit.evaluate.paired`).
 
-The seed papers' central claims, measured on the demo's own test problems
-(:mod:`prmkit.evaluate.paired` for the statistics):
+* ``prm_beats_majority``, ``prm_beats_orm``: at the largest N, the PRM's best-of-N beats
+  majority voting and the ORM (Lightman et al. 2023); interval above 0.
+* ``gap_grows_with_n``: (PRM - ORM at N) - (PRM - ORM at 2), paired per problem (Lightman et
+  al. 2023, figure 3); interval above 0.
+* ``beam_matches_4x_best_of_n``: beam search at width B against best-of-4B by the same PRM
+  (Snell et al. 2024, figure 3), a non-inferiority claim: interval above minus ``margin``
+  points. The generated tokens both spent are reported beside it.
 
-* ``prm_beats_majority`` and ``prm_beats_orm``: at the largest N, best-of-N with the PRM is
-  more accurate than majority voting and than the ORM (Lightman et al. 2023, "Let's Verify
-  Step by Step": 78.2% against 69.6% and 72.4%). Holds when the interval of the paired
-  difference is above 0.
-* ``gap_grows_with_n``: the PRM's lead over the ORM is larger at the largest N than at N=2
-  (Lightman et al. 2023, figure 3). The difference is (PRM - ORM at N) - (PRM - ORM at 2), paired
-  per problem; holds when its interval is above 0.
-* ``beam_matches_4x_best_of_n``: PRM-guided beam search with width B is at least as accurate as
-  best-of-N with 4B candidates chosen by the same PRM (Snell et al. 2024, "Scaling LLM
-  Test-Time Compute Optimally", figure 3: beam search matches best-of-N at about 4x less
-  compute). "At least as accurate" is a non-inferiority claim: it holds when the interval of
-  beam minus best-of-N lies above minus ``margin`` points (``--margin``, 5 by default), decided
-  before the run. The generated tokens both spent are reported beside it.
-
-The selection method of the PRM (``--select``) is fixed before the run, never the best of
-several afterwards.
+The PRM's selection method (``--select``) is fixed before the run (docs/lab.md).
 """
 
 from __future__ import annotations

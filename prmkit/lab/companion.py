@@ -1,17 +1,10 @@
 """A companion head: a second model that is the same frozen body under another head, read in
-the first model's forward pass.
+the first model's forward pass (:func:`prmkit.models.sharing.treepass.tree_forward`).
 
-The lab demo trains a PRM and an ORM as heads on one frozen base (``--last-k 0``): every weight
-below the heads is the base's, in both. Scoring the same candidates with both then runs that
-body twice over the same tokens. Here the PRM's pass (:func:`prmkit.models.sharing.treepass.tree_forward`)
-catches the body's final hidden states on their way to its head and puts the companion's head on
-them at the read positions: the companion's step scores for the cost of its head.
-
-It is exact when the companion reads a plain class head at the same positions of the same ids:
-its forward is ``head(body(ids))`` with the same body, so its logits at a read are its head on
-the hidden state the PRM's body gave there. :func:`companion_blocker` checks what it can before a
-pass (the body's weights equal, tensor for tensor; a class head; the same step format of ids),
-and a scorer checks every candidate's ids and read positions under both formats.
+Exact when the companion is a plain class head on the same body reading the same positions of
+the same ids: its logits at a read are its head on the hidden state the PRM's body gave there.
+:func:`companion_blocker` checks the models before a pass; a scorer checks every candidate's
+ids and read positions.
 """
 
 from __future__ import annotations

@@ -3,28 +3,19 @@ best-of-N, and the best single method, at the same budget? (Snell et al. 2024, "
 Test-Time Compute Optimally can be More Effective than Scaling Model Parameters": up to 4x
 less compute than best-of-N.)
 
-The lab world's problems and policy (:mod:`prmkit.lab.world`, :mod:`prmkit.lab.policy`), the
-library's search methods (:mod:`prmkit.search`), and a PRM trained here on Monte Carlo labels
-(:mod:`prmkit.lab.ngramprm`: the gold PRM has no blind spot, beam search then wins on every
-problem, and no crossover could show). The stages, each written whole into ``--output`` and
-reused by a rerun with the same settings:
+Lab problems and the lab policy, the library's search methods, and an n-gram PRM trained here
+on Monte Carlo labels. Stages, each written whole into ``--output`` and reused by a rerun with
+the same settings:
 
-1. **problems** (``--problems``, ``--min-steps`` .. ``--max-steps`` operations) and their
-   **oracle difficulty**: 1 - pass@1 over ``--oracle-samples`` samples, graded against the
-   reference.
-2. **the PRM**: candidates of separate training problems, labelled by Monte Carlo rollouts,
-   and the n-gram hazard head fitted to them.
-3. **the probe**: ``--probe-n`` samples per problem scored by the PRM; predicted difficulty is
-   1 - their mean PRM score. Its samples and tokens are charged to the compute-optimal search.
-4. **best-of-N**: a pool of ``--pool`` samples per problem, scored; best-of-n for every n up
-   to the pool is exact (:func:`prmkit.lab.costats.bon_curve`).
-5. **search**: every method of ``--methods`` at every budget of ``--budgets`` (beam search
-   and DVTS keep width n; MCTS stops at best-of-n's expected tokens), one file per cell.
-6. **figures and claims** (:mod:`prmkit.lab.cosummary`): per difficulty bin (oracle and
-   predicted, ``--bins`` quantiles) the method chosen by ``--folds``-fold cross-validation,
-   the efficiency E(n) against best-of-N and compute-optimal minus the best single method,
-   with bootstrap intervals over problems (the choice redone in each resample);
-   ``summary.json`` and ``report.html``.
+1. problems and their oracle difficulty, 1 - pass@1 over ``--oracle-samples`` samples;
+2. the PRM, fitted to Monte Carlo labels of separate training problems;
+3. the probe: ``--probe-n`` samples per problem scored by the PRM (predicted difficulty 1 -
+   their mean score), charged to the compute-optimal search;
+4. best-of-N: a pool of ``--pool`` scored samples per problem, best-of-n exact for every n;
+5. search: every method of ``--methods`` at every budget of ``--budgets``;
+6. per difficulty bin (oracle and predicted, ``--bins`` quantiles) the method chosen by
+   ``--folds``-fold cross-validation, the efficiency E(n) against best-of-N and compute-optimal
+   minus the best single method, with bootstrap intervals; ``summary.json`` and ``report.html``.
 """
 
 from __future__ import annotations
@@ -44,8 +35,7 @@ CHUNK = 50               # problems per file of the oracle's samples and of the 
 
 @dataclass
 class ComputeOptimalConfig:
-    """Sizes of ``prmkit lab compute-optimal``; the defaults are the issue's: 500 problems in 5
-    bins, 64 oracle samples, budgets 4 to 128."""
+    """Sizes of ``prmkit lab compute-optimal``."""
 
     output: str = field(default="compute_optimal_out", metadata={
         "help": "folder for every file the experiment writes (a rerun with the same settings "

@@ -1,27 +1,6 @@
 """The statistics of ``prmkit lab compute-optimal``: exact best-of-N curves, the per-bin choice
-vectorised over bootstrap weights, and Snell et al.'s efficiency against best-of-N.
-
-Snell et al. 2024 ("Scaling LLM Test-Time Compute Optimally can be More Effective than
-Scaling Model Parameters", figure 4) report that choosing the search method by difficulty
-"matched best-of-N with up to 4x less test-time compute". The figures here:
-
-* **best-of-N, exactly.** From a pool of ``N`` scored samples of a problem, the expected
-  accuracy of best-of-n for every n <= N, over all n-subsets of the pool
-  (:func:`bon_curve`): with the pool sorted best first (ties: the earlier sample), the
-  sample at rank j is the pick of a random n-subset with chance C(N-1-j, n-1) / C(N, n).
-  No draws, so the curve has no sampling noise of its own.
-* **the choice per bin** (:func:`cv_choice`): the rule of
-  :func:`prmkit.search.compute_optimal.compute_optimal` (per bin the most accurate strategy
-  on the other folds; ties to fewer tokens, then to the earlier strategy; a bin with no
-  training problem takes the best strategy over all bins), with the problems weighted, so a
-  bootstrap resample (problems drawn with replacement, as counts) redoes the choice. A
-  problem drawn twice counts twice and stays in its own fold. With one bin it is the best
-  single method, chosen the same cross-validated way.
-* **efficiency** E(n) = N_best-of-N(acc_co(n)) / cost(n) (:func:`samples_needed`): the
-  best-of-N budget that reaches the compute-optimal accuracy at budget n, over what the
-  compute-optimal search spent (n samples, plus the difficulty probe's when it is charged).
-  When best-of-N never reaches it within the pool, E is at least N / cost(n): the value is
-  capped there and marked censored.
+vectorised over bootstrap weights, and Snell et al. 2024's efficiency against best-of-N
+(figure 4). Definitions: docs/lab-compute-optimal.md.
 """
 
 from __future__ import annotations
@@ -37,8 +16,9 @@ from prmkit.errors import PrmkitError
 
 
 def bon_curve(scores: Sequence[float], correct: Sequence[float]) -> np.ndarray:
-    """Expected best-of-n accuracy for n = 1 .. N over all n-subsets of the pool (see the
-    module docstring); ``scores`` pick (higher is better), ``correct`` are 0/1."""
+    """Expected best-of-n accuracy for n = 1 .. N over all n-subsets of the pool, exactly
+    (:func:`pick_chances`); ``scores`` pick (higher is better, ties to the earlier sample),
+    ``correct`` are 0/1."""
     n_pool = len(scores)
     if n_pool == 0 or len(correct) != n_pool:
         raise PrmkitError("a best-of-N pool needs as many correctness values as scores, and one "
@@ -61,8 +41,8 @@ def pick_chances(n_pool: int) -> np.ndarray:
 
 def samples_needed(curve: np.ndarray, target: float) -> float:
     """The smallest best-of-N budget whose accuracy reaches ``target``: linear between the
-    integers where the curve first crosses it; 1 when one sample is enough; ``inf`` when no n
-    of the pool reaches it."""
+    integers where the curve first crosses it; 1 when one sample is enough; ``inf`` when
+    none does."""
     reached = np.nonzero(curve >= target - 1e-12)[0]
     if len(reached) == 0:
         return math.inf
@@ -95,8 +75,10 @@ def best(acc: np.ndarray, tokens: np.ndarray, weights: np.ndarray) -> int:
 
 def cv_choice(acc: np.ndarray, tokens: np.ndarray, bins: np.ndarray, folds: np.ndarray,
               weights: np.ndarray) -> np.ndarray:
-    """The strategy each problem gets, chosen per bin on the other folds (module docstring).
-    ``acc`` and ``tokens`` are (strategies, problems); ``weights`` the problems' counts."""
+    """The strategy each problem gets, by :func:`prmkit.search.compute_optimal.compute_optimal`'s
+    rule: per bin the most accurate on the other folds (ties to fewer tokens, then the earlier
+    strategy; an empty bin takes the best over all bins). ``acc`` and ``tokens`` are (strategies,
+    problems); ``weights`` the problems' bootstrap counts."""
     picked = np.zeros(acc.shape[1], dtype=int)
     for f in np.unique(folds):
         train = np.where(folds != f, weights, 0.0)
@@ -132,8 +114,9 @@ class Data:
 
 
 def figures(data: Data, binning: str, weights: np.ndarray, charge_probe: bool) -> dict[str, list]:
-    """Per budget: compute-optimal and best-single accuracy (cross-validated), their tokens,
-    the best-of-N budget that matches compute-optimal, and E in samples and in tokens."""
+    """Per budget: compute-optimal and best-single accuracy (cross-validated), their tokens, the
+    best-of-N budget that matches compute-optimal, and E(n) = that budget / cost(n) in samples and
+    in tokens, capped at N / cost(n) and marked censored when best-of-N never reaches it."""
     bins = data.bins[binning]
     folds = fold_ids(bins.tolist(), data.folds)
     one = np.zeros_like(bins)

@@ -1,19 +1,11 @@
 """The figures, claims, ``summary.json`` and report of ``prmkit lab compute-optimal``.
 
-The claims, fixed before the run (statistics in :mod:`prmkit.lab.costats`), both on the
-PRM-predicted difficulty bins with the probe's samples and tokens charged to compute-optimal:
-
-* ``efficiency_vs_best_of_n``: E(n*) = N_best-of-N(acc_co(n*)) / (n* + probe), at the budget n*
-  of the grid where E peaks on all problems, with its bootstrap interval at that budget.
-  Holds when the interval is above 1 (compute-optimal needs fewer samples than best-of-N at
-  all); Snell et al. 2024 report up to 4 (``paper``), and ``interval_excludes_paper`` says
-  whether the interval rules 4 out. A censored E (best-of-N never reaches compute-optimal
-  within the pool) is a lower bound.
-* ``difficulty_beats_best_single``: compute-optimal minus the best single method (both
-  cross-validated), in points, averaged over the budget grid. Holds when its interval is above 0.
-
-The oracle bins (1 - pass@1 over many samples, free of charge, as in Snell et al.'s main
-figures) are reported beside them, not as claims.
+Both claims are on the PRM-predicted bins with the probe charged:
+``efficiency_vs_best_of_n`` (E at the budget where it peaks, interval above 1; beside it Snell
+et al. 2024's 4 as ``paper`` and ``interval_excludes_paper``; a censored E is a lower bound)
+and ``difficulty_beats_best_single`` (compute-optimal minus the best single method averaged
+over the budgets, interval above 0). The oracle bins are reported beside them, not as claims
+(docs/lab-compute-optimal.md).
 """
 
 from __future__ import annotations
@@ -62,10 +54,9 @@ def build_data(config: Any, pids: list[str], oracle: Mapping[str, Any], probe: M
 
 
 def prm_quality(prm: Any, records: list[Any]) -> dict[str, Any]:
-    """How well the trained PRM reads held-out lab candidates against their gold labels: the
-    step AUC of its scores, and the AUC of its hazard separating the right steps before a
-    first error from the first errors, split into wrong calculations (the calculator flags
-    the step) and the rest (a wrong operation or a wrong number carried on)."""
+    """The trained PRM on held-out lab candidates against gold labels: the step AUC, and the AUC
+    of its hazard separating first errors from the right steps before them, split into wrong
+    calculations and the rest."""
     from prmkit.calculator import annotate
     from prmkit.evaluate.stepwise import auc
     from prmkit.lab.world import gold_labels
@@ -108,7 +99,7 @@ def per_bin(data: Data, binning: str) -> list[dict[str, Any]]:
 
 
 def claims(point: dict[str, list], boots: list[dict[str, list]]) -> dict[str, Any]:
-    """The two claims (module docstring) from the predicted-bin figures."""
+    """The two claims from the predicted-bin figures."""
     e = point["e_samples"]
     k = int(np.argmax(e))
     lo, hi = interval([b["e_samples"][k] for b in boots])

@@ -1,37 +1,24 @@
-"""The lab demo: the whole PRM story on one CPU in minutes (``prmkit demo``, ``make demo``).
+"""The lab demo: the whole PRM story on one CPU (``prmkit demo``, ``make demo``).
 
 Every stage is the library code a user runs on real data; only the policy is the lab's
-synthetic one (:mod:`prmkit.lab.policy`), because a 135M model is slow on a CPU and seldom
-solves a multi-step problem. The PRM and the ORM are real transformers: SmolLM2-135M
-(the default model from PyPI), trained here: each one's surprisal head alone (the body
-frozen; :mod:`prmkit.models.surprisal`), the PRM on step labels, the ORM on outcomes. Both
-read a calculator's notes on wrong equations (:mod:`prmkit.calculator`; ``--no-calculator``
-leaves them out): the base cannot do two-digit arithmetic.
+synthetic one (:mod:`prmkit.lab.policy`). The PRM (a surprisal head) and the ORM are heads on
+a frozen SmolLM2-135M, trained here on the same candidates with the same budget, both reading a
+calculator's notes on wrong equations (``--no-calculator`` leaves them out).
 
-1. **Problems and candidates.** Lab problems (:mod:`prmkit.lab.world`) for training and for
-   testing, candidates sampled by the lab policy, graded against the reference answer.
-2. **Monte Carlo labels** (Math-Shepherd, Wang et al. 2024): per-step hard labels from K
-   rollouts per step, compared with the exact gold labels; binary search for the first error
-   (OmegaPRM, Luo et al. 2024) on the same candidates, with the rollouts it saves.
-3. **Training.** A PRM on the MC step labels and an ORM on the outcome labels, from the same
-   base, on the same candidates, with the same budget (a head alone on the frozen body, 16
-   cheap epochs on stored states). The ORM is Let's Verify's: one classifier of the whole
-   solution, a class head read at its last step (``--orm-recipe prm`` trains the PRM's own
-   survival head on the outcomes instead: an outcome-supervised PRM, whose product over every
-   token turns the outcome into step credit; ``own`` gives the ORM its last 4 layers for one
-   epoch).
-4. **Best-of-N** on the test candidates (Lightman et al. 2023's protocol): PRM (prod, min,
-   last), ORM, majority, PRM-weighted majority, the exact-label PRM (upper bound of any PRM)
-   and the oracle (pass@N).
-5. **Search**: beam search at width B guided by the trained PRM against best-of-4B, with the
-   generated tokens each one spent (Snell et al. 2024).
-6. **Report**: an HTML page with the plots, the tables and every test solution's steps
-   coloured by the PRM; the summary table is printed last.
+1. **Problems and candidates**: lab problems, candidates from the lab policy, graded.
+2. **Monte Carlo labels** (Math-Shepherd, Wang et al. 2024) against the exact gold labels, and
+   binary search for the first error (OmegaPRM, Luo et al. 2024) with the rollouts it saves.
+3. **Training**: a PRM on the MC step labels and an ORM on the outcomes; the ORM is Let's
+   Verify's class head read at the last step (``--orm-recipe`` picks another).
+4. **Best-of-N** (Lightman et al. 2023): PRM (prod, min, last), ORM, majority, PRM-weighted
+   majority, the exact-label PRM and the oracle.
+5. **Search**: PRM-guided beam search at width B against best-of-4B, with generated tokens
+   (Snell et al. 2024).
+6. **Report**: an HTML page with plots, tables and every test solution's steps coloured by
+   the PRM; the summary table is printed last.
 
-Numbers are what this run measured, with its seed and sizes; nothing is hard-coded, and when
-the PRM does not beat the ORM the summary says so. The stages write into ``--output`` as they
-go; a rerun with the same settings reuses every finished stage (the trainers resume from their
-last checkpoint), so a killed demo continues where it stopped.
+Every number is measured by the run. The stages write into ``--output``; a rerun with the same
+settings reuses every finished stage, so a killed demo continues where it stopped.
 """
 
 from __future__ import annotations
@@ -61,7 +48,7 @@ ORM_RECIPES = ("class", "prm", "own")
 
 @dataclass
 class DemoConfig:
-    """Sizes and budgets of the lab demo (docs/lab.md gives the defaults' run time)."""
+    """Sizes and budgets of the lab demo."""
 
     output: str = field(default="demo_out", metadata={"help": "folder for every file the demo writes"})
     seed: int = field(default=0, metadata={"help": "seed of the problems, the sampling and training"})
@@ -259,9 +246,8 @@ def _world(config: DemoConfig, out: str, say: "Printer") -> World:
 
 def further_samples(config: DemoConfig, test_p: Sequence[Record], policy: Any, prompter: Any,
                     name: str) -> list[Record]:
-    """Best-of-4B's samples beyond the ``--n`` test candidates, on the search problems: as many
-    more of the same policy (another seed), numbered on after the test candidates' own (sample
-    n, n + 1, ...); none when 4B <= n."""
+    """Best-of-4B's samples beyond the ``--n`` test candidates, on the search problems, from
+    another seed, numbered on after the test candidates' own; none when 4B <= n."""
     extra = 4 * config.beam_n - config.n
     if extra <= 0:
         return []
@@ -361,10 +347,8 @@ def _load(model_dir: str, dtype: str) -> Any:
 
 def _search(config: DemoConfig, world: World, prm: Any, scored: Sequence[Record]) -> dict[str, Any]:
     """5. beam search at width B against best-of-N at 4B, on the first test problems.
-
-    Best-of-4B takes the problem's test candidates and, when 4B is more than ``--n``, as many
-    more samples of the same policy (another seed; :func:`further_samples`), all scored by the
-    PRM in stage 4. Both choose by ``--select``."""
+    Best-of-4B takes the test candidates and :func:`further_samples`; both choose by
+    ``--select``."""
     from prmkit.evaluate.paired import per_problem_accuracy
     from prmkit.generate.run import Problem
     from prmkit.search.beam import BeamConfig, beam_search

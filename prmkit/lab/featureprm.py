@@ -1,29 +1,14 @@
 """A learned PRM of the lab world that reads a step's text, and its blind spot.
 
-``prmkit lab rl`` trains a policy for thousands of samples per seed, so its learned PRM must
-read a solution in microseconds. :class:`FeaturePRM` is a discrete-time hazard model (the
-survival form of the demo's heads): the chance that step k is the first wrong step, given
-that the steps before it were right, is
-
-    h_k = sigmoid(w . f_k),   and the score of step k is  prod_{j <= k} (1 - h_j),
-
-with f_k read from the text of the step, the step before it and the problem:
-
-``bias``       1;
-``hidden``     the step states a result with no calculation to check;
-``calc``       its calculation is wrong ("20 + 6 = 27"): a calculator's check;
-``operator``   its operator is not the one the problem's sentence names (adding what was
-               given away);
-``carry``      its first number is not the previous step's result;
-``answer``     it is the answer line; ``answer_carry``: its answer is not the previous result.
-
-It is fitted (:func:`fit`, logistic regression by Newton's method) on the steps up to and with
-the first error of sampled solutions, with exact labels. Its **blind spot** is what no local
-feature can see: whether a stated result is the problem's true value. A step that hides a wrong
-calculation claims nothing checkable, so the gold labels the model learns from never make it
-the first error (the next checkable line is): the fitted ``hidden`` weight says "safe", and a
-policy rewarded by this PRM alone learns to stop showing its work (reward hacking, Gao et al.
-2023, "Scaling Laws for Reward Model Overoptimization"; DeepSeek-AI 2025, "DeepSeek-R1").
+:class:`FeaturePRM` is a discrete-time hazard model: ``h_k = sigmoid(w . f_k)`` is the chance
+that step k is the first wrong step given that the steps before it were right, and the score
+of step k is ``prod_{j <= k} (1 - h_j)``. The features (:data:`FEATURES`) of a step: ``bias``,
+``hidden`` (a result with no calculation), ``calc`` (a wrong calculation), ``operator`` (not
+the sentence's), ``carry`` (its first number is not the previous result), ``answer`` and
+``answer_carry``. Fitted by :func:`fit` on exact labels. A hidden wrong calculation is never
+the first error in the gold labels, so the fit learns that hidden steps are safe: the blind spot
+that ``prmkit lab rl``'s PRM-only arm exploits (reward hacking; Gao et al. 2023, DeepSeek-AI
+2025). docs/lab-rl.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Verifier heads on one frozen body: trained on any labels, scored from the same stored states.
 
-The lab's supervision experiments (:mod:`prmkit.lab.traceerror`, :mod:`prmkit.lab.activelearning`)
-compare verifiers that differ only in their labels: outcome labels on every step (Uesato et al.
-2022's ORM), Monte Carlo step labels (Math-Shepherd), exact step labels (the stand-in for human
-labels), or exact labels on chosen solutions (Lightman et al. 2023's active learning). Each is
-a head alone on SmolLM2-135M's frozen body (``prmkit train prm --last-k 0 --cache-frozen``,
-:mod:`prmkit.train.frozen`): the body runs once over every training and test sequence, its
-states kept in a store on disk, so a further head trains and scores in seconds and every
-verifier reads exactly the same states.
-
-:func:`train_and_score` is ``train_prm``'s recipe with the records in memory, and the test
-records' step scores read from their stored states through the trained head
-(:meth:`prmkit.train.frozen.CachedSteps.probabilities`). Its checkpoints go to ``output`` so a
-killed run resumes there.
+Each verifier is a head alone on SmolLM2-135M's frozen body (``prmkit train prm --last-k 0
+--cache-frozen``, :mod:`prmkit.train.frozen`): the body runs once over every training and test
+sequence and every head reads the same stored states. :func:`train_and_score` is
+``train_prm``'s recipe with the records in memory; its checkpoints go to ``output`` so a killed
+run resumes there.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The lab demo's implicit PRM (``prmkit demo --implicit``): its own rows in the summary.
 
 Yuan et al. 2024, "Free Process Rewards without Process Labels" (arXiv 2412.01981): a language
-model trained as an outcome reward model on r = beta * log(pi/pi_ref) gives step rewards for
-free, the token log ratios summed over each step (:mod:`prmkit.models.backends.implicit`, ``prmkit train
-implicit-prm``). Here it learns from the training candidates' outcome labels, the ORM's data, with
-the calculator's notes when the PRM and the ORM read them, and scores the test candidates. Its
-best-of-N (the product, the minimum and the last of its step scores, Let's Verify's protocol as
-for the PRM) and its step AUC against the gold labels are reported beside theirs.
-
-It is not part of the claims. They compare the PRM with Let's Verify's ORM on the same budget
-(heads on one frozen body); the implicit PRM trains layers of the body (``--implicit-last-k``)
-and reads every candidate through both the policy and the reference (the layers they share once,
-:mod:`prmkit.models.backends.sharedbody`), so it costs far more: on 2 cores about as much again as the
-rest of the demo. Off by default.
-
-The stage keeps its settings in ``implicit/settings.json``: turning ``--implicit`` on for a
-finished demo reuses every other stage, and changing the implicit PRM's settings redoes only
-this one.
+model trained as an outcome reward model on r = beta * log(pi/pi_ref) gives step rewards, the
+token log ratios summed over each step (:mod:`prmkit.models.backends.implicit`). It learns from
+the ORM's data and is reported beside the PRM and the ORM, never in the claims (docs/lab.md).
+Its settings are kept in ``implicit/settings.json``: changing them redoes only this stage.
 """
 
 from __future__ import annotations

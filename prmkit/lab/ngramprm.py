@@ -1,28 +1,16 @@
 """A trained PRM that fits a CPU budget: a hazard head on a step's word n-grams and the
 calculator's notes, fitted to Monte Carlo step labels (Math-Shepherd, Wang et al. 2024).
 
-``prmkit lab compute-optimal`` searches 500 problems at budgets up to 128 samples with four
-methods; the demo's transformer PRM reads about 10 steps a second here, which would take
-days. This PRM reads a step in microseconds and is still *learned*, with a learned PRM's
-blind spots, which the experiment needs: the gold PRM has none, and beam search then wins on
-every problem (Snell et al. 2024 find the crossover only because a real PRM can be exploited).
-
-* **Input** of step k: its text with the calculator's note after each wrong equation
-  (:func:`prmkit.calculator.annotate`, as the demo's PRM reads it), lower-cased, numbers
-  written as ``<num>`` (``<dec>`` with a decimal point, ``<neg>`` below zero), cut into
-  words and symbols; the features are which of the vocabulary's unigrams and bigrams occur.
-  The vocabulary is every n-gram seen at least ``min_count`` times in the training steps.
-* **Head**: a discrete-time hazard, ``h_k = sigmoid(b + w . x_k)`` = P(step k right | every
-  step before it right), and the step's score is the survival ``prod_{j <= k} h_j``: the
-  chance that the solution is right up to step k (the same reading as prmkit's hazard head).
+* **Input** of step k: its text with the calculator's notes (:func:`prmkit.calculator.annotate`),
+  lower-cased, numbers as ``<num>`` (``<dec>``, ``<neg>``), cut into words and symbols; the
+  features are which vocabulary unigrams and bigrams occur (those seen ``min_count`` times).
+* **Head**: ``h_k = sigmoid(b + w . x_k)`` = P(step k right | every step before it right); the
+  step's score is ``prod_{j <= k} h_j``.
 * **Training**: L2-regularised logistic regression by Newton's method
   (:func:`prmkit.evaluate.heuristic.fit_logistic`) on every step up to and including each
-  candidate's first step whose Monte Carlo label is 0 (the steps after it say nothing about
-  the hazard).
+  candidate's first step labelled 0.
 
-What it cannot learn, by construction: a bag of n-grams cannot tie a verb to the operator
-several words later, so "gives away 5, so she has 20 + 5" (the wrong operation) looks like a
-right step unless its result shows it; Monte Carlo labels add their own noise.
+docs/lab-compute-optimal.md says why the experiment uses it and what it cannot learn.
 """
 
 from __future__ import annotations
@@ -135,7 +123,7 @@ def hazard_examples(records: Sequence[Record]) -> tuple[list[str], list[float]]:
 
 
 def fit_ngram_prm(records: Sequence[Record], min_count: int = 2, l2: float = 1.0) -> NgramPRM:
-    """Fit the hazard head on labelled records (see the module docstring)."""
+    """Fit the hazard head on labelled records."""
     steps, targets = hazard_examples(records)
     if len(set(targets)) < 2:
         raise PrmkitError("cannot fit the n-gram PRM: the labels need right and wrong steps")

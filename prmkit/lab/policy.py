@@ -1,28 +1,21 @@
 """The lab policy: a fast synthetic solver of lab problems, behind the ordinary Generator seam.
 
-A :class:`prmkit.generate.base.Generator` that reads a lab problem (:mod:`prmkit.lab.world`) and
-the steps written so far from its prompt and writes the rest, one calculation per line,
-instantly. Later steps carry a wrong value on, as a model carries its own mistake. Errors:
+It reads a lab problem and the steps written so far from its prompt (the ``lab`` style; a
+prompt without a lab problem is an error) and writes the rest, one calculation per line. Later
+steps carry a wrong value on. Errors:
 
-* **slips**: a result off by 1, 2 or 10, with probability ``slip`` per add/sub step and
-  ``hard_factor`` times that for mul/div; random, so majority voting handles them;
-* **recoveries** (``recover``): after a slip, the next step carries on from the true result with
-  this chance (Uesato et al. 2022's trace errors: a right answer through a wrong step), also when
-  continuing a written prefix; gold labels still call the slip and every later step wrong;
-* **confusions**: the wrong operation (adding what was given away). Each problem has one trap
-  operation, from a hash of its text, confused with a problem-specific chance between 0 and
-  ``confuse``; systematic, so majority voting fails where a verifier reading the steps does not.
+* **slips**: a result off by 1, 2 or 10, with chance ``slip`` per add/sub step and
+  ``hard_factor`` times that for mul/div;
+* **recoveries** (``recover``): after a slip, the next step carries on from the true result
+  with this chance (Uesato et al. 2022's trace errors); gold labels still call the slip and
+  every later step wrong;
+* **confusions**: each problem has one trap operation, from a hash of its text, confused with
+  a problem-specific chance between 0 and ``confuse``.
 
-Monte Carlo rollouts from a prefix therefore succeed with a known chance (0 after a slip,
-``prod(1 - p_i)`` over the remaining steps otherwise), and MC labels are noisy as Math-Shepherd
-describes. Loaded by name: ``--policy lab``, ``lab:SLIP``, ``lab:SLIP:CONFUSE`` or
-``lab:SLIP:CONFUSE:RECOVER`` (``lab:0.2:0``: slips of 0.2, no confusions).
-
-Sample ``k`` draws from its own stream (:func:`prmkit.generate.base.sample_seed`).
-``temperature`` scales the slip chance (``slip * temperature / 0.7``, capped at 0.9; 0 never
-slips). A "token" is a word with the whitespace before it
-(:func:`prmkit.generate.fake.count_tokens`). The prompt is the ``lab`` style (``Question:`` then
-``Answer:``, one step per line); a prompt without a lab problem is an error.
+Loaded as ``--policy lab``, ``lab:SLIP``, ``lab:SLIP:CONFUSE`` or ``lab:SLIP:CONFUSE:RECOVER``.
+Sample ``k`` draws from its own stream (:func:`prmkit.generate.base.sample_seed`);
+``temperature`` scales the slip chance (``slip * temperature / 0.7``, capped at 0.9). A token
+is a word (:func:`prmkit.generate.fake.count_tokens`).
 """
 
 from __future__ import annotations
@@ -140,8 +133,7 @@ class LabPolicy:
         return "\n".join(lines)
 
     def recovers(self, rng: random.Random) -> bool:
-        """Whether the step after a slip carries on from the true result (no draw at 0, so a
-        policy without recoveries samples as it always did)."""
+        """Whether the step after a slip carries on from the true result (no draw at 0)."""
         return bool(self.config.recover) and rng.random() < self.config.recover
 
     def _read_prompt(self, prompt: str) -> tuple[Problem, str]:

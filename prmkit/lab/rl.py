@@ -1,37 +1,11 @@
 """``prmkit lab rl``: do step rewards make RL learn from fewer samples, and does a PRM alone
-get hacked? Measured on a policy that can learn (:mod:`prmkit.lab.stepolicy`).
+get hacked?
 
-Math-Shepherd (Wang et al. 2024) raised Mistral-7B on GSM8K from 77.9% to 84.1% with PPO on
-per-step PRM rewards, beyond outcome-only reward; DeepSeek-R1 (DeepSeek-AI 2025) warns that a
-learned PRM invites reward hacking at scale. Both are measured here, on lab problems of 4 to 8
-operations, with GRPO-style policy gradient (groups of ``--group`` samples per problem) and the
-reward and advantage code that prmkit gives TRL users: :class:`prmkit.rl.rewards.ProcessReward`
-reads each solution's text; :mod:`prmkit.rl.advantage` makes the advantages; the reward-hacking
-diagnostic is :func:`prmkit.rl.diagnostics.hacking_flags` on a :class:`~prmkit.rl.diagnostics.RewardLog`.
-
-Arms (every one logs the trained PRM's score beside the sampled accuracy, for the diagnostic):
-
-``outcome``   GRPO's outcome advantage on every step;
-``gold``      outcome plus step-local step rewards from the gold PRM (exact labels):
-              A_i + ``--step-weight`` x (s_k - s_(k-1)) on step k;
-``trained``   the same with the trained PRM (:mod:`prmkit.lab.featureprm`, fitted on exact
-              labels of the base policy's samples of other problems);
-``prm-only``  DeepSeekMath's process-supervised advantage from the trained PRM alone, no
-              answers: the reward-hacking arm. That PRM's blind spot is a hidden calculation.
-
-Protocol, fixed before any run: each arm's learning rate is picked from ``--lrs`` on
-``--tune-seeds`` seeds of their own, by the mean over the run of the reward that arm can see
-(its outcomes; the PRM's last-step score for ``prm-only``); then every arm runs on ``--seeds``
-fresh seeds, paired (seed j draws the same problem batches in every arm). After each update
-the held-out accuracy is computed exactly (:meth:`StepPolicy.success_probability` averaged over
-``--eval-problems`` problems), so the curves carry no sampling noise of their own.
-
-Claims (:mod:`prmkit.lab.rlstats`): ``step_rewards_fewer_samples`` (gold arm: the ratio of the
-samples outcome-only needs to reach its own final accuracy to those the gold arm needs; holds
-when its 95% interval over seeds is above 1) and ``prm_only_reward_hacking`` (the PRM-only arm's
-PRM score rises, its accuracy falls, both intervals clear of 0, and the diagnostic flags at
-least half of its seeds). Stages are cached in ``--output``: a rerun with the same settings
-reuses every finished seed.
+Tests Math-Shepherd's (Wang et al. 2024) PPO on per-step PRM rewards and DeepSeek-R1's
+(DeepSeek-AI 2025) warning that a learned PRM invites reward hacking, with GRPO-style policy
+gradient on :mod:`prmkit.lab.stepolicy` through :class:`prmkit.rl.rewards.ProcessReward`,
+:mod:`prmkit.rl.advantage` and :func:`prmkit.rl.diagnostics.hacking_flags`. The arms, protocol
+and claims (:mod:`prmkit.lab.rlstats`) are in :data:`DESCRIPTION` and docs/lab-rl.md.
 """
 
 from __future__ import annotations
@@ -74,7 +48,7 @@ STAGES_VERSION = 1
 
 @dataclass
 class LabRLConfig:
-    """Sizes of ``prmkit lab rl`` (the defaults finish in minutes on 2 cores)."""
+    """Sizes of ``prmkit lab rl``."""
 
     output: str = field(default="lab_rl_out", metadata={"help": "folder for every file it writes"})
     seed: int = field(default=0, metadata={"help": "seed of the problems and of every run's seeds"})
@@ -221,8 +195,7 @@ def advantages(arm: str, scored: Sequence[Any], step_weight: float) -> list[list
 
 def score_group(reward: Any, cache: dict[Any, Any], problem: str, answer: str,
                 texts: Sequence[str]) -> list[Any]:
-    """``reward.score`` of a group, each distinct text scored once per ``cache`` (a policy
-    that has learned writes the same solution again and again)."""
+    """``reward.score`` of a group, each distinct text scored once per ``cache``."""
     todo = sorted({t for t in texts if (problem, t) not in cache})
     if todo:
         for t, s in zip(todo, reward.score([problem] * len(todo), todo, [answer] * len(todo))):
@@ -263,8 +236,8 @@ def run_seed(cfg: LabRLConfig, world: World, arm: str, lr: float, seed: str,
 
 def tune(cfg: LabRLConfig, world: World, arm: str, trained: Any, cache: dict[Any, Any],
          out: str) -> dict[str, Any]:
-    """The arm's learning rate: the one whose tuning runs saw the most reward (module
-    docstring); each run is a stage file of its own."""
+    """The arm's learning rate: the one of ``--lrs`` whose tuning runs saw the most of the
+    reward the arm can see; each run is a stage file of its own."""
     from prmkit.lab.stages import stage_json
 
     seen: dict[str, float] = {}

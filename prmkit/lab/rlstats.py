@@ -1,24 +1,11 @@
 """The statistics of ``prmkit lab rl``: curves over seeds, samples to a target, the claims.
 
-Every run gives a curve: the exact held-out accuracy after 0, 1, .., U updates of S samples
-each. Over the paired seeds (seed j of every arm drew the same problem batches):
-
-* **difference at a fixed budget**: the arm's accuracy minus outcome-only's after all U
-  updates, per seed, in points, with the paired bootstrap of :mod:`prmkit.evaluate.paired`;
-* **samples to a target** (:func:`samples_to_reach`): the first point where the mean curve
-  over the seeds reaches the target, interpolated linearly between updates (infinite when it
-  never does). The target is outcome-only's own final mean accuracy;
-* **the ratio** (:func:`sample_ratio`): samples outcome-only needs over samples the arm needs
-  (above 1: the arm needs fewer); 0 when the arm never reaches the target, and at most
-  :data:`RATIO_CAP`. Its 95% interval is the percentile bootstrap over seeds, resampled in
-  pairs, the mean curves, target and ratio recomputed in each resample
-  (Efron and Tibshirani 1993), widened to hold the estimate where it falls outside.
-
-Claims (fixed before the run): ``step_rewards_fewer_samples`` holds when the gold arm's ratio
-interval is above 1; ``prm_only_reward_hacking`` holds when the PRM-only arm's PRM score
-(the training log's mean over its last window minus its first) has an interval above 0, its
-exact accuracy change (last point minus first) an interval below 0, and
-:func:`prmkit.rl.diagnostics.hacking_flags` flags at least half of its seeds.
+Each run is a curve of exact held-out accuracy after 0 .. U updates; seeds are paired across
+arms. :func:`samples_to_reach` reads where the mean curve first reaches a target (linear
+between updates); :func:`sample_ratio` is outcome-only's samples to its own final mean accuracy
+over the arm's (0 when the arm never reaches it, at most :data:`RATIO_CAP`), with a percentile
+bootstrap over seeds resampled in pairs (Efron and Tibshirani 1993). The claims' rules are in
+docs/lab-rl.md.
 """
 
 from __future__ import annotations

@@ -11,12 +11,10 @@ from prmkit.records import Record, write_records
 
 
 def score_test(world: Any, prm: Any, orm: Any, out: str) -> list[Record]:
-    """4. the test candidates' step scores by the PRM and the ORM. The PRM reads best-of-4B's
-    further samples of a problem in the same pass as its test candidates (one tree of shared
-    prefixes per problem: they share its prompt and often their first steps); those scores go to
-    ``search_scored.jsonl``, written before this stage's own file. An ORM that is a class head
-    on the PRM's frozen body (the default recipe) is read in the PRM's passes
-    (:mod:`prmkit.lab.companion`); another is read on its own, on the test candidates."""
+    """4. the test candidates' step scores by the PRM and the ORM. Best-of-4B's further samples
+    are read in the same tree pass as the problem's test candidates and written to
+    ``search_scored.jsonl`` before this stage's own file. An ORM that is a class head on the PRM's
+    frozen body is read in the PRM's passes (:mod:`prmkit.lab.companion`); another on its own."""
     from prmkit.lab.companion import companion_blocker
 
     by_group: dict[str, list[Record]] = {}
@@ -43,10 +41,9 @@ def score_test(world: Any, prm: Any, orm: Any, out: str) -> list[Record]:
 
 def score_with(model: Any, test: Sequence[Record], name: str, also: Any = None, chunk: int = 64,
                ) -> tuple[list[list[float | None]], list[list[float | None]]]:
-    """Step scores of the test candidates, a chunk of whole groups at a time (progress lines
-    off a terminal), and those of the companion ``also`` (empty without one). The candidates
-    of a problem share its prompt (and often leading steps): each shared prefix is read once
-    (prmkit.models.sharing.prefix), the scores as one-pass scoring's."""
+    """Step scores of the test candidates, whole groups at a time, each shared prefix read once
+    (:mod:`prmkit.models.sharing.prefix`), and those of the companion ``also``
+    (empty without one)."""
     from prmkit.models.sharing.prefix import score_shared
     from prmkit.lab.sharedpair import score_shared_pair
     from prmkit.progress import progress

@@ -1,10 +1,4 @@
-"""Two models on one body scored in one pass: :func:`score_shared_pair`.
-
-A PRM and an ORM trained as heads on the same frozen base (the lab demo's default) are the same
-body under two heads. :mod:`prmkit.models.sharing.prefix` reads the PRM's trees of shared prefixes, and
-the ORM's head is put on the same pass's hidden states at the same reads
-(:mod:`prmkit.lab.companion`), where that is exact; otherwise each is scored on its own.
-"""
+"""Two models on one body scored in one pass: :func:`score_shared_pair`."""
 
 from __future__ import annotations
 
@@ -20,11 +14,9 @@ def score_shared_pair(prm: Any, other: Any, problems: Sequence[str],
                       steps: Sequence[Sequence[str]], groups: Sequence[Hashable | None],
                       stats: ShareStats | None = None,
                       ) -> tuple[list[list[float | None]], list[list[float | None]]]:
-    """:func:`score_shared` of ``prm`` and of ``other``, a companion on the same body
-    (:mod:`prmkit.lab.companion`: a PRM and an ORM trained as heads on one frozen base), in
-    one tree pass: ``other``'s scores for the cost of its head. Where that cannot hold (another
-    body, another head, other ids or read positions for some solution, or a model that reads no
-    tree in one pass) each is scored on its own."""
+    """:func:`score_shared` of ``prm`` and of ``other``, a companion on the same body, in one tree
+    pass (:mod:`prmkit.lab.companion`). Where that cannot hold for some solution, or the model
+    reads no tree in one pass, each is scored on its own."""
     stats = stats if stats is not None else ShareStats()
     if can_share(prm) and pack_blocker(prm) is None and companion_blocker(prm, other) is None \
             and all(_same_reads(prm.encode(p, s), other.encode(p, s))

@@ -1,30 +1,12 @@
 """A lab policy that can learn: a softmax over the world's sentence kinds and operators.
 
-The lab's solver (:mod:`prmkit.lab.policy`) has no parameters. ``prmkit lab rl`` needs a policy
-whose errors are step-local and learnable, so that credit given to a step can fix that step.
-:class:`StepPolicy` writes one line per operation of a lab problem (:mod:`prmkit.lab.world`)
-and the answer line. For the operation of sentence kind c (the eight wordings of the world:
-buys, finds, gets, gives away, loses, sells, multiplied, splits) it draws
-
-* the **operator** from softmax(theta_op[c]) over add, sub, mul, div: the base policy confuses
-  some kinds systematically (adds what was given away, multiplies what was split);
-* whether to **show the calculation** ("20 + 6 = 26", which a checker can verify) or only state
-  its result ("so she has 26 marbles."), from sigmoid(theta_show[c]).
-
-**Slips** are the world's, not the policy's: a shown calculation comes out wrong with chance
-``slip_shown``, a hidden one (mental arithmetic) with ``slip_hidden``. Later steps carry a
-wrong value on, as written. The text is the world's wording (:func:`prmkit.lab.world.step_text`),
-so any PRM (the gold one, a trained one, a served one) reads it.
-
-Labels come from the draws, without reading the text (:func:`fast_labels`); they equal
-:func:`prmkit.lab.world.gold_labels` of the text, which also means a hidden step is never the
-first error: it claims nothing checkable, so the next checkable line is (the gold PRM's blind
-spot). :func:`success_probability` is the exact chance that the policy writes a solution with
-every step right (the right operator and no slip at every line): the held-out accuracy as an
-expectation over the policy, not a sample (a wrong path that reaches the right answer by
-chance does not count). :meth:`StepPolicy.grad_log_prob` is the score function of REINFORCE
-(Williams 1992, "Simple statistical gradient-following algorithms for connectionist
-reinforcement learning"), weighted per step by the advantages a trainer gives.
+For each operation of a lab problem, of sentence kind c, :class:`StepPolicy` draws the operator
+from softmax(theta_op[c]) and whether to show the calculation from sigmoid(theta_show[c]). A
+shown calculation slips with chance ``slip_shown``, a hidden one with ``slip_hidden``; later
+steps carry a wrong value on. The text is the world's wording, so any PRM reads it.
+:func:`fast_labels` equals :func:`prmkit.lab.world.gold_labels` of the text.
+:meth:`StepPolicy.grad_log_prob` is REINFORCE's score function (Williams 1992), weighted per
+step by the trainer's advantages. docs/lab-rl.md describes the world.
 """
 
 from __future__ import annotations
@@ -117,7 +99,8 @@ class StepPolicy:
         return Sample(kinds, ops, shown, steps, fast_labels(problem, steps, shown, x))
 
     def success_probability(self, problem: Problem) -> float:
-        """The exact chance of a solution with every step right (module docstring)."""
+        """The exact chance of a solution with every step right (the right operator and no
+        slip at every line), not a sample."""
         p_op, p_show = self.op_probs(), self.show_probs()
         out = 1.0
         for i in range(len(problem.ops)):
@@ -152,11 +135,9 @@ def hidden_text(problem: Problem, i: int, result: Fraction | int) -> str:
 
 def fast_labels(problem: Problem, steps: Sequence[str], shown: Sequence[bool],
                 final: Fraction | int) -> list[int]:
-    """The gold labels of a :class:`StepPolicy` solution from its values, as
-    :func:`prmkit.lab.world.gold_labels` would find them in its text: a shown step is right when
-    its calculation is and its result is a true value at or after the last one reached; a
-    hidden step claims nothing and keeps the label before it; the answer line is right when the
-    answer is; everything after the first wrong step is 0."""
+    """The gold labels of a :class:`StepPolicy` solution from its values, equal to
+    :func:`prmkit.lab.world.gold_labels` of its text; a hidden step claims nothing, so it keeps the
+    label before it and is never the first error."""
     values, at, ok, labels = problem.values, 0, True, []
     x: Fraction | int = problem.start
     for i, show in enumerate(shown):

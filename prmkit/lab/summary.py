@@ -1,9 +1,6 @@
 """The lab demo's last stages: best-of-N curves, the claims, the summary and the report.
-
-Everything printed is computed from the run's own files: the scored test candidates, the
-search results and the label quality. The claims (:mod:`prmkit.lab.claims`) are paired
-differences over problems with 95% bootstrap intervals; each is printed as YES or NO and
-written to ``summary.json`` under ``claims`` as ``{"holds", "difference", "ci95", "problems"}``.
+Every figure comes from the run's own files; each claim is written to ``summary.json`` under
+``claims`` as ``{"holds", "difference", "ci95", "problems"}``.
 """
 
 from __future__ import annotations
@@ -119,8 +116,7 @@ def step_auc(scored: Sequence[Record]) -> float | None:
 
 
 def orm_step_auc(scored: Sequence[Record]) -> float | None:
-    """The ORM's step AUC against the same gold labels: how well outcome labels alone taught
-    it where a solution goes wrong (its step scores are read at every step, as the PRM's)."""
+    """The ORM's step AUC against the gold labels, its step scores read at every step."""
     return step_auc([Record(**{**r.to_dict(), "step_scores": r.meta.get("orm_step_scores")})
                      for r in scored if r.meta.get("orm_step_scores")])
 

@@ -1,34 +1,21 @@
 """``prmkit lab trace-error``: process against outcome supervision, measured by trace errors.
 
-Uesato et al. 2022, "Solving math word problems with process- and outcome-based feedback"
-(DeepMind): outcome supervision reached a final-answer error close to process supervision's,
-but only process supervision cut the trace error, the share of right-answer solutions that
-hold a wrong step (14.0% to 3.4%, their selection with a reward model).
+Uesato et al. 2022, "Solving math word problems with process- and outcome-based feedback":
+outcome supervision reaches a final-answer error close to process supervision's, but only
+process supervision cuts the trace error, the share of right-answer solutions that hold a
+wrong step. The lab policy writes such solutions when it recovers from a slip
+(``lab:SLIP:CONFUSE:RECOVER``). Three verifiers, heads alone on the same frozen SmolLM2-135M
+states with the same budget, differ only in their labels:
 
-The lab policy writes such solutions when it recovers from a slip (``lab:SLIP:CONFUSE:RECOVER``,
-:mod:`prmkit.lab.policy`): the next step carries on from the true value, so the answer is right
-and the slipped step wrong. Three verifiers, heads alone on the same frozen SmolLM2-135M
-states with the same budget (:mod:`prmkit.lab.heads`), differ only in their labels:
+* ``orm``: the outcome on every step, picking by its last step's score;
+* ``prm-mc``: Monte Carlo step labels (Math-Shepherd, hard, K rollouts per step);
+* ``prm-exact``: the exact step labels.
 
-* ``orm``: the outcome on every step (Uesato's ORM), picking by its last step's score;
-* ``prm-mc``: Monte Carlo step labels (Math-Shepherd, hard, K rollouts per step). A recovered
-  slip's rollouts still reach the answer, so MC labels call it right: MC labels are not
-  process supervision in Uesato's sense;
-* ``prm-exact``: the exact step labels, the lab's stand-in for human labels.
-
-Both PRMs pick by ``--select``. Each runs with the calculator's notes (every slip shows in the
-text, to every verifier) and without (the base must see the slip in its own states).
-**The claims are read on the calculator setting**, where a verifier can see every slip and
-only its labels tell it whether a slip matters; the setting without it is reported beside,
-never in the claims. Claims at N = ``--n`` (:mod:`prmkit.lab.tracestats`, paired over test
-problems, 95% bootstrap intervals):
-
-* ``trace_error_prm_below_orm``: ORM trace error minus exact-label PRM's, holds above 0;
-* ``final_error_similar``: exact-label PRM final error minus ORM's, holds when the interval
-  lies within ``--margin`` points of 0;
-* ``trace_error_mc_prm``: MC-label PRM trace error minus exact-label PRM's, holds above 0 (MC
-  labels leave the trace errors that exact labels remove); its difference from the ORM's is
-  written beside it (``against_orm``).
+Each runs with the calculator's notes and without; the claims are read on the calculator
+setting. Claims at N = ``--n``, paired over test problems with 95% bootstrap intervals:
+``trace_error_prm_below_orm`` (ORM trace error minus exact-label PRM's, above 0),
+``final_error_similar`` (exact-label PRM final error minus ORM's, within ``--margin`` points of
+0) and ``trace_error_mc_prm`` (MC-label PRM trace error minus exact-label PRM's, above 0).
 """
 
 from __future__ import annotations
@@ -49,7 +36,7 @@ SELECT = ("prm-prod", "prm-min", "prm-last")
 
 @dataclass
 class TraceErrorConfig:
-    """Sizes of ``prmkit lab trace-error`` (the defaults fit in about 20 minutes on 2 cores)."""
+    """Sizes of ``prmkit lab trace-error``."""
 
     output: str = field(default="trace_error_out", metadata={"help": "folder for every file it writes"})
     seed: int = field(default=0, metadata={"help": "seed of the problems, sampling and training"})

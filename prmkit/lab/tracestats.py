@@ -1,15 +1,10 @@
 """Best-of-N picks and their trace error, per problem, with paired bootstrap intervals.
 
-Uesato et al. 2022, "Solving math word problems with process- and outcome-based feedback":
-the final-answer error of a verifier's pick, and its trace error, the fraction of the
-right-answer picks that hold a wrong step. Both are computed per problem as the demo's claims
-are (:mod:`prmkit.evaluate.paired`): each problem's best-of-N pick is drawn ``draws`` times
-from random subsets of N of its candidates, the same subsets for every verifier, so verifiers
-are compared on the same draws of the same problems.
-
-The trace error is a ratio, right-with-a-wrong-step picks over right picks, summed over the
-problems (a problem with few right picks weighs little); its paired interval resamples the
-problems and recomputes both ratios (:func:`ratio_difference`).
+Uesato et al. 2022: a verifier's final-answer error and its trace error, the fraction of
+right-answer picks that hold a wrong step. Each problem's pick is drawn ``draws`` times from
+random subsets of N of its candidates, the same subsets for every verifier. The trace error
+is summed over problems as a ratio; its paired interval resamples problems and recomputes both
+ratios (:func:`ratio_difference`).
 """
 
 from __future__ import annotations

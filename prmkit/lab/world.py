@@ -1,22 +1,11 @@
 """The lab world: multi-step arithmetic word problems whose every step can be checked exactly.
 
-A test bed where everything is known, unlike real data sets (reference answers without step
-labels, or step labels on fixed solutions):
-
-* a **problem** is a chain of operations on one quantity, told as a short story ("Mia has 14
-  marbles. She buys 6 more marbles. ... How many marbles does she have now?"); difficulty is the
-  number of operations (``min_steps`` .. ``max_steps``) and the size of the numbers
-  (``max_value``);
-* the **reference solution** has one step per operation with its calculation (``She buys 6
-  more, so she has 14 + 6 = 20 marbles.``) and a last step ``The answer is 9.``;
-* **gold step labels** (:func:`gold_labels`) check any text exactly: a step is right when each
-  of its calculations is right and its last result is the problem's next true value or a later
-  one, and an answer step when the answer is; every step after the first wrong one is 0
-  (ProcessBench's and Math-Shepherd's first-error convention).
-
-:func:`parse_problem` reads the chain back from the story, so gold labels and the lab policy
-(:mod:`prmkit.lab.policy`) work on any lab problem text. Problems are ordinary
-:class:`prmkit.records.Record` s with ``reference`` set.
+A problem is a chain of operations on one quantity, told as a short story; its reference
+solution has one step per operation and a last step ``The answer is N.``. :func:`gold_labels`
+labels any solution text exactly, with the first-error convention of ProcessBench and
+Math-Shepherd. :func:`parse_problem` reads the chain back from the story, so gold labels and the
+lab policy work on any lab problem text. Problems are :class:`prmkit.records.Record` s with
+``reference`` set (docs/lab.md).
 """
 
 from __future__ import annotations
@@ -125,8 +114,7 @@ def apply(kind: str, x: int | Fraction, k: int) -> int | Fraction:
 def step_text(problem: Problem, i: int, before: int | Fraction, result: int | Fraction,
               kind: str | None = None) -> str:
     """The lab's wording of step ``i``: operation ``i`` applied to ``before``, giving ``result``.
-    The lab policy writes its mistakes with this wording too: a wrong ``result`` (a slip), or
-    the wrong operation ``kind`` (a confusion, such as adding what was given away)."""
+    The lab policy writes its mistakes with this wording too (a wrong ``result`` or ``kind``)."""
     op, p, u = problem.ops[i], problem.pronoun, problem.unit
     a, c, sym = number(before), number(result), SYMBOL[kind or op.kind]
     if op.kind == "add":
@@ -193,10 +181,9 @@ def make_problem(rng: random.Random, n_ops: int, max_value: int) -> Problem:
 
 
 def make_problems(config: LabConfig | None = None) -> list[Record]:
-    """``config.n`` problems as records, like a converted GSM8K file: ``id``, ``problem``,
-    ``reference``, and the reference solution as ``steps`` (so ``answer`` = ``reference``,
-    ``is_correct`` true, every step labelled 1). ``meta["lab"]`` holds the number of operations
-    and the true values, for reports only: nothing reads them back, the text is the problem."""
+    """``config.n`` problems as records, like a converted GSM8K file: the reference solution
+    as ``steps``, every step labelled 1, ``is_correct`` true. ``meta["lab"]`` holds the number of
+    operations and the true values, for reports only."""
     config = config or LabConfig()
     rng = random.Random(f"prmkit-lab-{config.seed}")
     records = []
@@ -307,13 +294,11 @@ def evaluate(expression: str) -> Fraction | None:
 
 
 def check_step(step: str, values: Sequence[int], answer: int, at: int = 0) -> tuple[bool | None, int]:
-    """Whether one step is right, and how far along the true values it got.
+    """``(verdict, at)``: whether one step is right, and how far along the true values it got.
 
     Right: every calculation in it is right, its last result is a true value at or after
-    ``values[at]`` (the values are reached in order, so a right calculation on a wrong number
-    is wrong), and a final answer it states is the answer. Returns ``(verdict, at)``, with
-    ``verdict`` None when the step claims nothing checkable (no calculation, no final answer).
-    """
+    ``values[at]``, and a final answer it states is the answer. ``verdict`` is None when the step
+    claims nothing checkable."""
     claims = False
     last = None
     for m in _EQUATION.finditer(step):
@@ -340,12 +325,9 @@ def check_step(step: str, values: Sequence[int], answer: int, at: int = 0) -> tu
 
 def gold_labels(problem: str, steps: Sequence[str]) -> list[int]:
     """Exact labels of ``steps`` as a solution of lab problem ``problem``: 1 right, 0 wrong
-    (:func:`check_step`); a step that claims nothing checkable takes the label of the step
-    before it (1 at the start); every step after the first wrong one is 0.
-
-    One known blind spot: a wrong step whose result happens to equal a later true value is
-    taken as a right step that skipped ahead; the next step that uses it is then the first
-    error (rare: results must match exactly)."""
+    (:func:`check_step`); a step that claims nothing checkable takes the label of the step before
+    it (1 at the start); every step after the first wrong one is 0. A wrong step whose result
+    equals a later true value counts as right (it skipped ahead)."""
     p = load_problem(problem)
     values, answer = p.values, p.answer
     labels, ok, at = [], True, 0
@@ -372,8 +354,7 @@ def has_wrong_step(record: Record) -> bool:
 
 def trace_error(records: Sequence[Record]) -> float | None:
     """Uesato et al. 2022's trace error: the fraction of the right-answer solutions among
-    ``records`` that hold a wrong step (gold labels; ``is_correct`` says whether the answer is
-    right). None when no answer is right."""
+    ``records`` that hold a wrong step (gold labels). None when no answer is right."""
     right = [r for r in records if r.is_correct]
     if not right:
         return None

@@ -271,8 +271,7 @@ class Batcher:
                 job.future.set_exception(Abandoned("the caller left"))
 
     def _cap(self) -> int:
-        """The token cap of the next piece: ``token_budget``, or less where one call would take
-        longer than ``PIECE_SECONDS`` at the measured speed, never less than ``MIN_PIECE``."""
+        """The token cap of the next piece (module docstring)."""
         budget = self.config.token_budget
         if self._seconds_per_token is None:
             return min(budget, MIN_PIECE)
@@ -281,8 +280,7 @@ class Batcher:
 
     def _cut(self) -> list[tuple[_Job, int, int]]:
         """The next piece: (job, first, end) ranges of solutions under the cap, at least one
-        solution. Turns alternate between oldest first and least served first, so a long job
-        cannot hold a new small one back for more than a piece, nor new ones starve it."""
+        solution; turns alternate between oldest first and least served first."""
         self._turn += 1
         order = (lambda j: j.arrived) if self._turn % 2 else (lambda j: (j.served, j.arrived))
         jobs = sorted([*self._active, *self._queue], key=order)

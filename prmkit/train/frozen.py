@@ -95,9 +95,8 @@ class FrozenLayers:
 
     def build(self, examples: Sequence[Example], budget: int, pad: int, device: Any,
               autocast: bool) -> None:
-        """Run the frozen layers once over every training sequence; a sequence with the same
-        ids as another (lab and sampled candidates often repeat word for word) shares its
-        states."""
+        """Run the frozen layers once over every training sequence; sequences with the same ids
+        share their states."""
         import torch
 
         from prmkit.models.reading import token_budget_batches
