@@ -251,7 +251,7 @@ def _add_demo(sub: Any) -> None:
     from prmkit.lab import demo as lab_demo
 
     p = _parser(sub, "demo", "run the main job: the whole PRM story on the lab world",
-                lab_demo.__doc__ + "\nWith --real-data, runs the older job on ../shared/data "
+                lab_demo.__doc__ + "\nWith --real-data, runs the real-data job on ../shared/data "
                 "instead: conversions of real PRM data, best-of-4 baselines on GSM8K model "
                 "solutions, one-pass against per-prefix scoring, best-of-4 with the default PRM.")
     lab_demo.add_arguments(p)
