@@ -15,7 +15,7 @@ Data (``--data``): ``lab`` (default), short GSM8K-like word problems of the lab 
 ``gsm8k``, the four model solutions of the GSM8K paper per test problem
 (``../shared/data/gsm8k/example_model_solutions.jsonl``, about 200 tokens, some far longer).
 Model: the SmolLM2-135M backbone read in the Math-Shepherd format (the scores are
-meaningless, the speed is not), bfloat16 on CPU unless ``--dtype`` says otherwise, or any
+meaningless, the speed is not), in ``--dtype auto`` (bfloat16 on a CPU with native bfloat16, else float32) unless ``--dtype`` says otherwise, or any
 ``--model``/``--format`` that ``prmkit score`` takes. The sides run alternately ``--repeats``
 times; the best run of each side counts (the machine is shared).
 
