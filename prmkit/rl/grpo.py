@@ -141,8 +141,9 @@ def load_problems(cfg: RLConfig) -> tuple[list[Any], list[Any]]:
 
 
 def evaluate_policy(model: Any, tokenizer: Any, prompter: Any, problems: Sequence[Any],
-                    reward: Any, max_tokens: int) -> dict[str, float]:
-    """Greedy solutions of ``problems``: accuracy, mean PRM score, length (tokens), steps."""
+                    reward: Any, max_tokens: int) -> dict[str, Any]:
+    """Greedy solutions of ``problems``: accuracy, mean PRM score, length (tokens), steps, and
+    ``correct``, each problem's 0/1 (None without a reference) in the order given."""
     from prmkit.generate.hf import HFGenConfig, HFGenerator
     from prmkit.generate.stepwise import solve
     from prmkit.rl.rewards import batch_metrics
@@ -157,7 +158,8 @@ def evaluate_policy(model: Any, tokenizer: Any, prompter: Any, problems: Sequenc
     out = batch_metrics(scored)
     out["length_tokens"] = sum(row[0].completion.n_tokens for row in sols) / len(sols)
     out.pop("reward", None)
-    return {k: round(v, 4) for k, v in out.items()}
+    correct = [None if s.correct is None else int(s.correct) for s in scored]
+    return {**{k: round(v, 4) for k, v in out.items()}, "correct": correct}
 
 
 # ---------------------------------------------------------------------------------------------
