@@ -92,6 +92,9 @@ def test_grpo_runs_on_a_tiny_model_with_step_rewards(tmp_path, tiny_base):
                    num_generations=2, prompts_per_step=1, max_completion_length=12, last_k=1)
     result = run_rl(cfg)
     assert set(result["before"]) >= {"accuracy", "prm", "steps", "length_tokens"}
+    correct = result["before"]["correct"]  # one 0/1 per held-out problem, averaging to accuracy
+    assert len(correct) == 2 and set(correct) <= {0, 1}
+    assert sum(correct) / 2 == pytest.approx(result["before"]["accuracy"])
     assert [row["step"] for row in result["log"]] == [0, 1]
     saved = json.loads((tmp_path / "rl" / "result.json").read_text())
     assert saved["after"] == result["after"]

@@ -162,6 +162,11 @@ def evaluate_policy(model: Any, tokenizer: Any, prompter: Any, problems: Sequenc
     return {**{k: round(v, 4) for k, v in out.items()}, "correct": correct}
 
 
+def means(metrics: dict[str, Any]) -> dict[str, Any]:
+    """:func:`evaluate_policy`'s figures without the per-problem list, for printing."""
+    return {k: v for k, v in metrics.items() if k != "correct"}
+
+
 # ---------------------------------------------------------------------------------------------
 # the recipe
 
@@ -199,13 +204,14 @@ def run_rl(cfg: RLConfig) -> dict[str, Any]:
     if checkpoint and os.path.isfile(before_path):
         with open(before_path, encoding="utf-8") as f:
             before = json.load(f)
-        print(f"resuming from {checkpoint[0]} (step {checkpoint[1]}); before: {before}", flush=True)
+        print(f"resuming from {checkpoint[0]} (step {checkpoint[1]}); before: {means(before)}",
+              flush=True)
     else:
         before = evaluate_policy(model, tokenizer, prompter, eval_p, scorer,
                                  cfg.max_completion_length)
         with open(before_path, "w", encoding="utf-8") as f:
             json.dump(before, f)
-        print(f"before: {before}", flush=True)
+        print(f"before: {means(before)}", flush=True)
 
     outcome_w = 1.0 if cfg.reward.startswith("outcome") else 0.0
     prm_w = cfg.prm_weight if cfg.reward in ("prm", "outcome+prm") else 0.0
@@ -230,7 +236,7 @@ def run_rl(cfg: RLConfig) -> dict[str, Any]:
     train_seconds = time.time() - t_train
     model = trainer.model
     after = evaluate_policy(model, tokenizer, prompter, eval_p, scorer, cfg.max_completion_length)
-    print(f"after: {after}", flush=True)
+    print(f"after: {means(after)}", flush=True)
     flags = log.flags(window=max(2, cfg.max_steps // 5))
     if cfg.save:
         save_policy(model, tokenizer, cfg, os.path.join(cfg.output, "policy"))
