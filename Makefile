@@ -62,10 +62,12 @@ bench-train: $(BENCH_STAMP)
 bench-rl: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python bench/rl.py
 
-# The tests that need TRL (GRPO runs, resume, the RL adapters); skipped by `make test`'s .venv.
+# The tests that need TRL (GRPO runs, resume, the RL adapters, PRMTrainer against TRL's own);
+# skipped by `make test`'s .venv.
 .PHONY: test-rl
 test-rl: $(BENCH_STAMP)
-	$(BENCH_VENV)/bin/python -m pytest -q tests/test_rl_grpo.py tests/test_rl_adapters.py
+	$(BENCH_VENV)/bin/python -m pytest -q tests/test_rl_grpo.py tests/test_rl_adapters.py \
+	  tests/test_trl_parity.py
 
 $(BENCH_STAMP): pyproject.toml constraints.txt
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)

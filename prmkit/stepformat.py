@@ -39,7 +39,8 @@ A format is data (:class:`StepFormat`), not code:
 :meth:`StepFormat.bind` looks token ids up in the tokenizer, giving a :class:`BoundFormat`.
 Under ``pieces`` a solution's first k steps' ids prefix the whole solution's ids; under
 ``whole`` a tokenizer may merge across the boundary. A step holding the format's tag is read
-once, at the tag the format adds, with a warning.
+once, at the tag the format adds; under ``read="tag-id"`` (whose recipes would read it twice) with
+a warning.
 """
 
 from __future__ import annotations
@@ -408,6 +409,8 @@ class BoundFormat:
     def _check_tags(self, problem: str, steps: Sequence[str]) -> None:
         """Warn, once per step, about a step holding the format's tag (the module docstring)."""
         fmt = self.format
+        if fmt.read != "tag-id":   # only a recipe that reads every tag id would read it twice
+            return
         tag = (fmt.tag or fmt.step.split("{step}", 1)[1]).strip()
         k = next((k for k, s in enumerate(steps) if tag and tag in s), None)
         if k is None or (problem, k, steps[k]) in self._warned:   # not once per prefix read

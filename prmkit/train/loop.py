@@ -1,19 +1,14 @@
 """The training loop that the trainers share.
 
-* which parameters train: ``full``, ``lora`` (low-rank adapters through ``peft``, Hu et al.
-  2021, plus the new head) or ``last-k`` (the last k transformer layers, the final norm and the
-  head; the practical choice on a CPU);
-* batches: a seeded shuffle cut into chunks of ``BUCKET`` examples, each sorted by length and
-  packed under a token budget (:func:`training_batches`), the batch order shuffled per epoch
-  from the seed, so a resumed run sees exactly the batches an unbroken run would;
-* the loss: the trainer's ``objective(examples, device, via) -> loss``, called under autocast;
-* validation every ``eval_every`` optimiser steps (default: each epoch's end) and after the last
-  step, with a fitness score from the caller; ``DIR/metrics.jsonl``, ``DIR/last/`` and
-  ``DIR/best/``; resume from ``DIR/last/`` after a kill at any moment
-  (:mod:`prmkit.train.checkpoint`); a finished run, rerun, returns its validation lines;
-* ``accelerate launch`` runs the loop unchanged (DDP, DeepSpeed ZeRO through an accelerate
-  config); each process takes its share of every step's batches, the main process alone
-  validates and writes.
+* what trains: ``full``, ``lora`` (``peft``, Hu et al. 2021, plus the new head) or ``last-k``
+  (the last k layers, the final norm and the head; the practical choice on a CPU);
+* batches: a seeded shuffle cut into chunks of ``BUCKET``, each sorted by length and packed
+  under a token budget (:func:`training_batches`), their order shuffled per epoch from the seed,
+  so a resumed run sees the batches an unbroken run would;
+* the loss: the trainer's ``objective(examples, device, via)``, under autocast;
+* validation every ``eval_every`` steps and after the last; ``DIR/metrics.jsonl``, ``DIR/last/``
+  and ``DIR/best/``; resume after a kill at any moment (:mod:`prmkit.train.checkpoint`);
+* ``accelerate launch`` runs it unchanged (DDP, DeepSpeed ZeRO); the main process validates.
 """
 
 from __future__ import annotations
@@ -90,12 +85,23 @@ class LoopConfig:
 
 
 @dataclass
-class Example:
-    """One training sequence: ids, where to read, and the target at each read position.
+class LoopHooks:
+    """What a caller may set beyond :class:`LoopConfig` (:mod:`prmkit.train.trainer` sets them
+    from ``TrainingArguments``): the ``batches`` (lists of example indices), the LR
+    ``scheduler(optimizer, total_steps)``, more ``adam`` arguments, ``on_step(info) -> stop``
+    after every optimiser step, and ``checkpoints=False`` to keep nothing on disk."""
 
-    With ``rejected`` set, the example is a Bradley-Terry pair (this one chosen): both sequences
-    go into the same batch and the loss is -log sigmoid(r(chosen) - r(rejected)).
-    """
+    batches: list[list[int]] | None = None
+    scheduler: Callable[[Any, int], Any] | None = None
+    adam: dict[str, Any] = field(default_factory=dict)
+    on_step: Callable[[dict[str, Any]], bool] | None = None
+    checkpoints: bool = True
+
+
+@dataclass
+class Example:
+    """One training sequence: ids, where to read, and the target at each read position. With
+    ``rejected`` set, a Bradley-Terry pair (this one chosen) that shares a batch."""
 
     input_ids: list[int]
     read_positions: list[int]
@@ -147,11 +153,8 @@ def param_groups(model: Any, cfg: LoopConfig) -> list[dict[str, Any]]:
 
 
 def set_trainable(model: Any, cfg: LoopConfig) -> Any:
-    """Freeze what must not train; returns the model to train (a peft model for LoRA).
-
-    With ``last-k`` on a label-token model the LM head stays frozen: it is usually tied to the
-    input embeddings, so training it would change every layer's input.
-    """
+    """Freeze what must not train; returns the model to train (a peft model for LoRA). With
+    ``last-k`` an LM head stays frozen: tied to the input embeddings, it would change them."""
     if cfg.train == "full":
         for p in model.parameters():
             p.requires_grad_(True)
@@ -223,7 +226,8 @@ class Loop:
     def __init__(self, model: Any, objective: Callable[[list[Example], Any, Any], Any],
                  examples: Sequence[Example], cfg: LoopConfig, output: str, fitness: str,
                  evaluate: Callable[[Any], dict[str, float]],
-                 save: Callable[[Any, str, dict[str, Any]], None], autocast_bf16: bool = False):
+                 save: Callable[[Any, str, dict[str, Any]], None], autocast_bf16: bool = False,
+                 hooks: LoopHooks | None = None):
         import torch
         from accelerate import Accelerator
 
@@ -232,20 +236,21 @@ class Loop:
         self.torch, self.cfg, self.output = torch, cfg, output
         self.objective, self.examples = objective, examples
         self.fitness, self.evaluate, self.save = fitness, evaluate, save
-        self.autocast_bf16 = autocast_bf16
+        self.autocast_bf16, self.hooks = autocast_bf16, hooks or LoopHooks()
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
         # a pair counts twice against the budget: both of its sequences are in the batch
-        self.batches = training_batches(
+        self.batches = self.hooks.batches or training_batches(
             [len(e) * (2 if e.rejected else 1) for e in examples], cfg.batch_tokens, cfg.seed)
         # one optimiser step takes grad_accum batches on each process
         self.per_step = cfg.grad_accum * self.acc.num_processes
         self.steps_per_epoch = max(1, math.ceil(len(self.batches) / self.per_step))
         self.total_steps = cfg.max_steps or cfg.epochs * self.steps_per_epoch
         opt = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr,
-                                weight_decay=cfg.weight_decay)
+                                weight_decay=cfg.weight_decay, **self.hooks.adam)
         warm = max(1, int(cfg.warmup * self.total_steps))
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(
-            0.0, (self.total_steps - s) / max(1, self.total_steps - warm))))
+        sched = self.hooks.scheduler(opt, self.total_steps) if self.hooks.scheduler else \
+            torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(
+                0.0, (self.total_steps - s) / max(1, self.total_steps - warm))))
         self.model, self.opt = self.acc.prepare(model, opt)
         self.sched = sched
         self.step, self.best, self.best_step, self.running = 0, None, None, None
@@ -301,6 +306,11 @@ class Loop:
         :mod:`prmkit.train.checkpoint`: a kill at any moment leaves a recoverable state."""
         from safetensors.torch import save_file
 
+        if not self.hooks.checkpoints:   # the history alone, nothing on disk
+            if self.best is None or metrics[self.fitness] > self.best:
+                self.best, self.best_step = metrics[self.fitness], self.step
+            self.history.append(metrics)
+            return
         model = self.acc.unwrap_model(self.model)
         tmp = self.last_dir + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -340,10 +350,8 @@ class Loop:
 
     def _untrained(self) -> None:
         """The baselines a learning curve starts from, in ``DIR/untrained.json`` and one printed
-        line: the training loss of the best constant predictor (the targets' entropy: a loss
-        that ends there learnt nothing) and the dev metrics of the model before its first step
-        (for a hazard head, whose weights start at 0, a predictor of the step's position alone;
-        for label tokens, the base LM zero-shot)."""
+        line: the best constant predictor's training loss (the targets' entropy) and the dev
+        metrics of the model before its first step."""
         import math
 
         targets = [t for e in self.examples if e.rejected is None for t in e.targets]
@@ -359,6 +367,36 @@ class Loop:
             os.makedirs(self.output, exist_ok=True)
             ckpt.write_json(os.path.join(self.output, "untrained.json"), out)
             print("untrained: " + "  ".join(f"{k}={v}" for k, v in out.items()), file=sys.stderr)
+
+    def _optimiser_step(self, rank: int, world: int) -> tuple[float, dict[str, Any]]:
+        """One optimiser step; returns (the loss, what ``hooks.on_step`` is told)."""
+        torch, cfg = self.torch, self.cfg
+        epoch, k = divmod(self.step, self.steps_per_epoch)
+        order = list(range(len(self.batches)))
+        random.Random(cfg.seed * 1000003 + epoch).shuffle(order)
+        start = k * self.per_step + rank * cfg.grad_accum
+        # the last step of an epoch wraps around, so every process has batches to run
+        micro = [order[(start + j) % len(order)] for j in range(cfg.grad_accum)
+                 if start + j < len(order) or world > 1] or [order[start % len(order)]]
+        total = 0.0
+        for b in micro:
+            # dropout draws depend only on (seed, batch, epoch): a resumed run, or the same
+            # batches spread over several processes, replays them exactly
+            torch.manual_seed((cfg.seed * 1000003 + epoch) * 1000003 + b)
+            loss = self._loss(self.batches[b]) / len(micro)
+            self.acc.backward(loss)
+            total += float(loss.detach())
+        if world > 1:  # the loss shown is the mean over processes
+            total = float(self.acc.reduce(torch.tensor(total, device=self.acc.device), "mean"))
+        norm = self.acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        lr = self.sched.get_last_lr()[0]
+        self.opt.step()
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.step += 1
+        return total, {"step": self.step, "epoch": self.step / self.steps_per_epoch,
+                       "loss": total, "learning_rate": lr, "grad_norm": float(norm),
+                       "sequences": sum(len(self.batches[b]) for b in micro)}
 
     def run(self) -> list[dict[str, Any]]:
         from prmkit.progress import progress as tqdm
@@ -383,34 +421,16 @@ class Loop:
             self.acc.wait_for_everyone()
         bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit="step",
                    disable=None if self.acc.is_main_process else True)
-        while self.step < self.total_steps:
-            epoch, k = divmod(self.step, self.steps_per_epoch)
-            order = list(range(len(self.batches)))
-            random.Random(cfg.seed * 1000003 + epoch).shuffle(order)
-            start = k * self.per_step + rank * cfg.grad_accum
-            # the last step of an epoch wraps around, so every process has batches to run
-            micro = [order[(start + j) % len(order)] for j in range(cfg.grad_accum)
-                     if start + j < len(order) or world > 1] or [order[start % len(order)]]
-            total = 0.0
-            for b in micro:
-                # dropout draws depend only on (seed, batch, epoch): a resumed run, or the same
-                # batches spread over several processes, replays them exactly
-                torch.manual_seed((cfg.seed * 1000003 + epoch) * 1000003 + b)
-                loss = self._loss(self.batches[b]) / len(micro)
-                self.acc.backward(loss)
-                total += float(loss.detach())
-            if world > 1:  # the loss shown is the mean over processes
-                total = float(self.acc.reduce(torch.tensor(total, device=self.acc.device), "mean"))
-            self.acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-            self.opt.step()
-            self.sched.step()
-            self.opt.zero_grad(set_to_none=True)
-            self.step += 1
+        stop = False
+        while self.step < self.total_steps and not stop:
+            epoch = self.step // self.steps_per_epoch
+            total, info = self._optimiser_step(rank, world)
             self.running = total if self.running is None else 0.9 * self.running + 0.1 * total
             bar.update(1)
             bar.set_postfix(loss=f"{self.running:.4f}", epoch=epoch + 1)
+            stop = bool(self.hooks.on_step and self.hooks.on_step(info))
             every = cfg.eval_every or self.steps_per_epoch  # default: each epoch's end
-            if self.step % every == 0 or self.step == self.total_steps:
+            if self.step % every == 0 or self.step == self.total_steps or stop:
                 self.acc.wait_for_everyone()
                 if self.acc.is_main_process:
                     self.model.eval()

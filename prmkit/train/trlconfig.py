@@ -1,0 +1,117 @@
+"""``PRMConfig``: the configuration of :class:`prmkit.train.trainer.PRMTrainer`, with the fields of
+TRL 1.13's ``PRMConfig`` (``trl.experimental.prm``; TRL removed it in 1.14).
+
+Like TRL's, it is a ``transformers.TrainingArguments``, so every field a TRL script passes is
+accepted with its meaning, and ``HfArgumentParser`` makes its command line. TRL's own defaults
+are kept (``learning_rate`` 1e-5, ``logging_steps`` 10, ``gradient_checkpointing`` on,
+``disable_dropout`` on, ``max_length`` 1024, ``step_separator`` "\\n"), except ``bf16``: unset,
+it is bfloat16 where the machine computes it natively (prmkit's ``auto``), else float32, where
+TRL asks for bfloat16 everywhere and refuses a CPU without ``use_cpu``. The fields prmkit cannot
+honour faithfully are refused with one line (:meth:`PRMConfig.check_supported`); an unknown
+field is named with the closest known one. docs/migrating-from-trl.md lists what differs.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, fields
+
+from transformers import TrainingArguments
+
+from prmkit.errors import PrmkitError
+
+# the optimisers prmkit's loop runs (torch's AdamW)
+ADAMW = ("adamw_torch", "adamw_torch_fused", "adamw_hf")
+
+
+class PRMConfigError(PrmkitError, TypeError):
+    """A PRMConfig field that does not exist or cannot be honoured (a TypeError as well, as an
+    unknown keyword is in Python)."""
+
+
+@dataclass
+class PRMConfig(TrainingArguments):
+    """TRL 1.13's ``PRMConfig`` fields on ``TrainingArguments``, and two of prmkit's own."""
+
+    learning_rate: float = field(default=1e-5, metadata={
+        "help": "The initial learning rate for AdamW."})
+    logging_steps: float = field(default=10, metadata={
+        "help": "Log every X update steps (a float in [0, 1) is a share of the total steps)."})
+    gradient_checkpointing: bool = field(default=True, metadata={
+        "help": "Recompute activations in the backward pass to save memory."})
+    bf16: bool | None = field(default=None, metadata={
+        "help": "bfloat16 autocast. Unset: where the machine has native bfloat16 (prmkit's "
+                "auto), else float32."})
+    lr_scheduler_kwargs: dict | str | None = field(default=None, metadata={
+        "help": "More arguments of the LR scheduler."})
+    max_length: int | None = field(default=1024, metadata={
+        "help": "Maximum length of the sequences (prompt + completion); longer ones are cut."})
+    max_prompt_length: int | None = field(default=None, metadata={
+        "help": "prmkit (as TRL before 1.13): keep the prompt's last N tokens, BOS included."})
+    max_completion_length: int | None = field(default=None, metadata={
+        "help": "Maximum length of the completion (the steps joined) in tokens."})
+    disable_dropout: bool = field(default=True, metadata={
+        "help": "Whether to disable dropout in the model."})
+    step_separator: str = field(default="\n", metadata={
+        "help": "Separator put after each step; each step is read at its last token."})
+    train_on_last_step_only: bool = field(default=False, metadata={
+        "help": "Whether to train only on the last step."})
+    dataset_num_proc: int | None = field(default=None, metadata={
+        "help": "Accepted for TRL scripts; prmkit tokenises in its own process."})
+    train_last_layers: int | None = field(default=None, metadata={
+        "help": "prmkit: train only the last N transformer layers, the final norm and the "
+                "head (0: the head alone); unset: every parameter that requires a gradient, "
+                "as TRL."})
+
+    def __post_init__(self) -> None:
+        if self.bf16 is None:
+            from prmkit.models.reading import fast_dtype
+
+            self.bf16 = not self.fp16 and fast_dtype("cuda" if _cuda() else "cpu") == "bfloat16"
+        if self.bf16 and not _cuda():
+            self.use_cpu = True   # transformers refuses bf16 on a CPU otherwise
+        super().__post_init__()
+        self.check_supported()
+
+    def check_supported(self) -> None:
+        """Refuse, in one line, what prmkit's trainer would not do as asked."""
+        if self.fp16:
+            raise PRMConfigError("PRMConfig(fp16=True): prmkit trains in float32 or with "
+                                 "bfloat16 autocast (bf16=True)")
+        if str(getattr(self.optim, "value", self.optim)) not in ADAMW:
+            raise PRMConfigError(f"PRMConfig(optim={_value(self.optim)!r}): prmkit trains with "
+                                 f"AdamW ({', '.join(ADAMW)})")
+        for name in ("max_length", "max_prompt_length", "max_completion_length"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise PRMConfigError(f"PRMConfig({name}={value}): must be at least 1 or None")
+        if self.train_last_layers is not None and self.train_last_layers < 0:
+            raise PRMConfigError("PRMConfig(train_last_layers=...): must be 0 or more")
+        if self.gradient_accumulation_steps < 1:
+            raise PRMConfigError("PRMConfig(gradient_accumulation_steps=...): at least 1")
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _value(x: object) -> object:
+    return getattr(x, "value", x)
+
+
+_FIELDS = {f.name for f in fields(PRMConfig) if f.init}
+_init = PRMConfig.__init__
+
+
+def _checked_init(self: PRMConfig, *args: object, **kwargs: object) -> None:
+    unknown = sorted(set(kwargs) - _FIELDS)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(_FIELDS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise PRMConfigError(f"PRMConfig has no field {unknown[0]!r}{hint}")
+    _init(self, *args, **kwargs)
+
+
+PRMConfig.__init__ = _checked_init  # type: ignore[method-assign]
