@@ -15,6 +15,7 @@ directly when ``datasets`` is not installed); ``hf:`` needs ``datasets``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any, Iterator
@@ -164,8 +165,42 @@ def _load_hub(source: str) -> Any:
         raise PrmkitError(f"{source}: reading a hub dataset needs datasets: "
                           f"pip install 'prmkit[data]'") from None
     try:
-        ds = datasets.load_dataset(name, config, split=split)
+        with _offline_unless_reachable():   # a cached copy still loads; no minute of retries
+            ds = datasets.load_dataset(name, config, split=split)
     except Exception as e:  # network, missing dataset, bad config: all reported in one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise PrmkitError(f"{source}: cannot load ({first})") from None
+        raise PrmkitError(f"{source}: cannot load ({first}). Where the hub cannot be reached, "
+                          f"download it where it can (hf download {name} --repo-type dataset "
+                          f"--local-dir DIR) and pass a Parquet file or datasets folder from "
+                          f"DIR") from None
     return ds.with_format("arrow")[:]
+
+
+@contextlib.contextmanager
+def _offline_unless_reachable(timeout: float = 3.0) -> Iterator[None]:
+    """Within: datasets and huggingface_hub in offline mode when the hub's host cannot be
+    reached at once (they would retry for most of a minute), so a cached dataset still loads
+    and a missing one fails at once."""
+    import socket
+    from urllib.parse import urlparse
+
+    import datasets
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname or "huggingface.co",
+                                  url.port or (443 if url.scheme == "https" else 80)),
+                                 timeout=timeout).close()
+        reachable = True
+    except OSError:
+        reachable = False
+    if reachable:
+        yield
+        return
+    before = (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE)
+    datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = before

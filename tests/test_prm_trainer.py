@@ -288,3 +288,38 @@ def test_a_datasets_dataset_is_read_by_its_columns(tmp_path):
     with pytest.raises(PrmkitError, match="no 'completions' column"):
         examples_of(ds.remove_columns("completions"), trl_format().bind(tiny.tokenizer()), Cuts(),
                     False, "train_dataset")
+
+
+# -- TRL's datasets: by name where the hub is, else from a local copy ---------------------------
+
+def test_trls_stepwise_data_reads_from_parquet_arrow_and_a_datasets_folder(tmp_path):
+    import glob
+
+    datasets = pytest.importorskip("datasets")
+    from prmkit.formats.detect import read_records
+
+    ds = datasets.Dataset.from_list(rows(5))
+    ds.to_parquet(str(tmp_path / "ms.parquet"))
+    ds.save_to_disk(str(tmp_path / "folder"))
+    arrow = glob.glob(str(tmp_path / "folder" / "*.arrow"))[0]
+    want = [[float(y) for y in r["labels"]] for r in rows(5)]
+    for source in (str(tmp_path / "ms.parquet"), str(tmp_path / "folder"), arrow):
+        records = read_records(source)
+        assert [r.labels for r in records] == want and records[0].steps == rows(5)[0]["completions"]
+    loaded = datasets.load_from_disk(str(tmp_path / "folder"))
+    exs, _ = examples_of(loaded, trl_format().bind(tiny.tokenizer()), Cuts(), False, "train")
+    assert len(exs) == 5
+
+
+def test_a_trl_dataset_by_name_without_the_hub_is_one_line_with_the_way_round(tmp_path):
+    import subprocess
+    import sys
+
+    pytest.importorskip("datasets")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf")}
+    out = subprocess.run([sys.executable, "-m", "prmkit.cli", "convert", "--from", "trl", "--to",
+                          "prmkit", "hf:trl-lib/math_shepherd", str(tmp_path / "o.jsonl")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "hf download trl-lib/math_shepherd --repo-type dataset --local-dir DIR" in out.stderr
