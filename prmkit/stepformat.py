@@ -39,8 +39,7 @@ A format is data (:class:`StepFormat`), not code:
 :meth:`StepFormat.bind` looks token ids up in the tokenizer, giving a :class:`BoundFormat`.
 Under ``pieces`` a solution's first k steps' ids prefix the whole solution's ids; under
 ``whole`` a tokenizer may merge across the boundary. A step holding the format's tag is read
-once, at the tag the format adds; under ``read="tag-id"`` (whose recipes would read it twice) with
-a warning.
+once, at the tag the format adds, with a warning.
 """
 
 from __future__ import annotations
@@ -176,6 +175,12 @@ PRESETS: dict[str, StepFormat] = {
                     "'\\n' tokenised on their own and joined, the tokenizer's BOS first whenever "
                     "it has one; token classification at the separator's last token. No "
                     "separator between prompt and first step."),
+    "skywork-prm": StepFormat(
+        name="skywork-prm", layout="text", prefix="{problem}\n", step="{step}", tag="\n",
+        tokenize="pieces", bos="always", reading="value",
+        description="Skywork-o1-Open-PRM (skywork-o1-prm-inference, prepare_input): BOS, the "
+                    "problem and '\\n' in one piece, each step and its '\\n' tokenised apart; "
+                    "the sigmoid of a one-logit value head at each step's '\\n'."),
     "rlhflow": StepFormat(
         name="rlhflow", layout="turns", first_turn="{problem} {step}", step="{step}",
         between="+", strip=True, tokenize="whole", read="end", bos="none", reading="label-tokens",
@@ -409,8 +414,6 @@ class BoundFormat:
     def _check_tags(self, problem: str, steps: Sequence[str]) -> None:
         """Warn, once per step, about a step holding the format's tag (the module docstring)."""
         fmt = self.format
-        if fmt.read != "tag-id":   # only a recipe that reads every tag id would read it twice
-            return
         tag = (fmt.tag or fmt.step.split("{step}", 1)[1]).strip()
         k = next((k for k, s in enumerate(steps) if tag and tag in s), None)
         if k is None or (problem, k, steps[k]) in self._warned:   # not once per prefix read

@@ -325,3 +325,34 @@ def test_search_reuse_on_real_tokenizers(shared_data, preset, name):
     assert fast.tokens < ref.tokens
     print(f"{preset} on {name}: reuse {fast.tokens} tokens, whole {ref.tokens}, fallbacks "
           f"{fast.fallbacks} ({fast.partial} partial)")
+
+
+def skywork_prepare_input(tok, problem, steps, step_token="\n"):
+    """SkyworkAI/skywork-o1-prm-inference, ``prepare_input``: ``encode(bos_token + problem +
+    "\\n")``, then for each step of ``response.split(step_token)`` its ``encode`` and the step
+    token's last id, read there (reward flag 1). Returns (ids, read positions)."""
+    ids = tok.encode(tok.bos_token + problem + "\n")
+    step_id = tok.encode(step_token)[-1]
+    reads = []
+    for step in step_token.join(steps).split(step_token):
+        ids = ids + tok.encode(step) + [step_id]
+        reads.append(len(ids) - 1)
+    return ids, reads
+
+
+@pytest.mark.parametrize("name", ["qwen", "smollm2"])
+def test_skywork_prm_ids_equal_prepare_input(shared_data, name):
+    import copy
+
+    tok = copy.deepcopy(tokenizer_for("skywork-prm", name))
+    if tok.bos_token is None:   # the recipe writes the BOS as text; Qwen's tokenizer names none
+        tok.bos_token = "<|endoftext|>"
+    bound = PRESETS["skywork-prm"].bind(tok)
+    pairs = []
+    for problem, steps in gsm8k(shared_data):
+        if any("\n" in s or not s for s in steps):   # the recipe would cut such a step in two
+            continue
+        enc = bound.encode(problem, steps)
+        pairs.append(((enc.input_ids, enc.read_positions), skywork_prepare_input(tok, problem, steps)))
+    same, first = equal_count(pairs)
+    assert len(pairs) >= 20 and same == len(pairs), f"{name}: {same}/{len(pairs)}, first: {first}"

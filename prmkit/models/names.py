@@ -20,6 +20,10 @@ PUBLIC_PRMS: dict[str, tuple[str, str]] = {
                                                          "before each + turn"),
     "RLHFlow/Llama3.1-8B-PRM-Deepseek-Data": ("rlhflow", "Llama 3.1 8B, P(+) against P(-) "
                                                           "before each + turn"),
+    "Skywork/Skywork-o1-Open-PRM-Qwen-2.5-1.5B": ("skywork-prm", "Qwen2.5 1.5B, a value head "
+                                                                   "(sigmoid) at each step's newline"),
+    "Skywork/Skywork-o1-Open-PRM-Qwen-2.5-7B": ("skywork-prm", "Qwen2.5 7B, a value head "
+                                                                 "(sigmoid) at each step's newline"),
 }
 _BY_LOWER = {name.lower(): fmt for name, (fmt, _) in PUBLIC_PRMS.items()}
 
