@@ -102,6 +102,7 @@ class PRMTrainer:
         self.callbacks = [c() if isinstance(c, type) else c for c in callbacks or []]
         self._losses: list[float] = []
         self._window: list[float] = []
+        self._sequences = 0
         self._tell("on_init_end")
 
     # -- the model ----------------------------------------------------------------------------
@@ -176,7 +177,8 @@ class PRMTrainer:
         objective = StepObjective(Reader(self.model, self.format, self.bound),
                                   pad_id(self.processing_class), drop_mask=False)
         hooks = LoopHooks(batches=batches, scheduler=self._scheduler,
-                          adam={"betas": (a.adam_beta1, a.adam_beta2), "eps": a.adam_epsilon},
+                          adam={"betas": (a.adam_beta1, a.adam_beta2), "eps": a.adam_epsilon,
+                                "fused": _value(a.optim) == "adamw_torch_fused"},
                           on_step=self._on_step, checkpoints=_value(a.save_strategy) != "no")
         fitness = "neg_eval_loss" if evaluating else "neg_train_loss"
         return Loop(self.model, objective, self.train_examples, cfg, a.output_dir, fitness,
@@ -218,7 +220,7 @@ class PRMTrainer:
         loop = self._loop(bool(resume_from_checkpoint))
         self.state.max_steps = loop.total_steps
         self.state.is_world_process_zero = loop.acc.is_main_process
-        self._losses, self._window = [], []
+        self._losses, self._window, self._sequences = [], [], 0
         self._tell("on_train_begin")
         t0 = time.time()
         loop.run()
@@ -228,9 +230,10 @@ class PRMTrainer:
             self.state.best_model_checkpoint = os.path.join(self.args.output_dir, "best")
         steps = max(1, len(self._losses))
         train_loss = sum(self._losses) / steps
+        runtime = max(runtime, 1e-9)
         metrics = {"train_runtime": round(runtime, 4),
                    "train_samples_per_second": round(self._sequences / runtime, 3),
-                   "train_steps_per_second": round(steps / runtime, 3),
+                   "train_steps_per_second": round(len(self._losses) / runtime, 3),
                    "train_loss": train_loss, "epoch": self.state.epoch}
         self.state.log_history.append({**metrics, "step": self.state.global_step})
         self._tell("on_train_end")
@@ -261,7 +264,7 @@ class PRMTrainer:
         a, st = self.args, self.state
         before = int(st.epoch or 0)
         st.global_step, st.epoch = info["step"], info["epoch"]
-        self._sequences = getattr(self, "_sequences", 0) + info["sequences"]
+        self._sequences += info["sequences"]
         self._losses.append(info["loss"])
         self._window.append(info["loss"])
         self._tell("on_step_end")

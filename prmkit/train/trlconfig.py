@@ -3,12 +3,13 @@ TRL 1.13's ``PRMConfig`` (``trl.experimental.prm``; TRL removed it in 1.14).
 
 Like TRL's, it is a ``transformers.TrainingArguments``, so every field a TRL script passes is
 accepted with its meaning, and ``HfArgumentParser`` makes its command line. TRL's own defaults
-are kept (``learning_rate`` 1e-5, ``logging_steps`` 10, ``gradient_checkpointing`` on,
-``disable_dropout`` on, ``max_length`` 1024, ``step_separator`` "\\n"), except ``bf16``: unset,
-it is bfloat16 where the machine computes it natively (prmkit's ``auto``), else float32, where
-TRL asks for bfloat16 everywhere and refuses a CPU without ``use_cpu``. The fields prmkit cannot
-honour faithfully are refused with one line (:meth:`PRMConfig.check_supported`); an unknown
-field is named with the closest known one. docs/migrating-from-trl.md lists what differs.
+are kept (``learning_rate`` 1e-5, ``logging_steps`` 10, ``disable_dropout`` on, ``max_length``
+1024, ``step_separator`` "\\n"), except two left unset: ``bf16`` is bfloat16 where the machine
+computes it natively (prmkit's ``auto``), else float32, where TRL asks for bfloat16 everywhere and
+refuses a CPU without ``use_cpu``; ``gradient_checkpointing`` is on with a GPU, off on a CPU.
+The fields prmkit cannot honour faithfully are refused with one line
+(:meth:`PRMConfig.check_supported`); an unknown field is named with the closest known one.
+docs/migrating-from-trl.md lists what differs.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ class PRMConfig(TrainingArguments):
         "help": "The initial learning rate for AdamW."})
     logging_steps: float = field(default=10, metadata={
         "help": "Log every X update steps (a float in [0, 1) is a share of the total steps)."})
-    gradient_checkpointing: bool = field(default=True, metadata={
-        "help": "Recompute activations in the backward pass to save memory."})
+    gradient_checkpointing: bool | None = field(default=None, metadata={
+        "help": "Recompute activations in the backward pass to save memory. Unset: on with a "
+                "GPU, as TRL; off on a CPU, where memory is rarely the limit and it costs a "
+                "third more compute."})
     bf16: bool | None = field(default=None, metadata={
         "help": "bfloat16 autocast. Unset: where the machine has native bfloat16 (prmkit's "
                 "auto), else float32."})
@@ -70,6 +73,8 @@ class PRMConfig(TrainingArguments):
             self.bf16 = not self.fp16 and fast_dtype("cuda" if _cuda() else "cpu") == "bfloat16"
         if self.bf16 and not _cuda():
             self.use_cpu = True   # transformers refuses bf16 on a CPU otherwise
+        if self.gradient_checkpointing is None:
+            self.gradient_checkpointing = _cuda() and not self.use_cpu
         super().__post_init__()
         self.check_supported()
 
