@@ -164,15 +164,21 @@ def _run_score(args: argparse.Namespace) -> int:
     # in the settings only where it changes the batches: two records of a group, one problem
     share = not args.no_share_prefix and has_groups(records)
     ray = ray_config(args)
+    from prmkit.verify.load import generation_of
+
+    generation, gen_settings = generation_of(args)
     result = score_records(records, functools.partial(open_scorer, args.backend, args.model,
-                                                      args.token, args.format, config),
+                                                      args.token, args.format, config, generation),
                            args.output, resume=not args.no_resume, kind=kind,
                            per_prefix=args.per_prefix, chunk=args.chunk, share_prefix=share,
                            settings=score_settings(args.model, args.format, config,
-                                                   args.per_prefix, kind, share, args.backend),
+                                                   args.per_prefix, kind, share, args.backend,
+                                                   gen_settings),
                            ray=ray)
     if result.sharing is not None:
         print(result.sharing.summary(), file=sys.stderr)
+    if hasattr(getattr(result.prm, "stats", None), "summary"):   # a generative PRM's parse rate
+        print(result.prm.stats.summary(), file=sys.stderr)
     print(f"scored {len(records)} records -> {args.output}", file=sys.stderr)
     return 0
 

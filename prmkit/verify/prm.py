@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 from prmkit.verify import templates as T
 from prmkit.verify.verdicts import Verdict, combine, parse_genprm, parse_whole, step_values
@@ -82,8 +82,16 @@ class GenConfig:
                 "and is counted"})
     temperature: float = field(default=0.7, metadata={
         "help": "sampling temperature of the verifications; 0 = greedy"})
-    seed: int = field(default=0, metadata={
-        "help": "sample k of a prompt is seeded from (seed, prompt, k)"})
+    verifier_seed: int = field(default=0, metadata={
+        "help": "verification k of a prompt is seeded from (this seed, prompt, k)"})
+
+    def __post_init__(self) -> None:
+        from prmkit.errors import PrmkitError
+
+        if self.samples < 1 or self.max_new_tokens < 1 or self.temperature < 0:
+            raise PrmkitError(f"--samples and --max-new-tokens must be positive and "
+                              f"--temperature not negative, got {self.samples}, "
+                              f"{self.max_new_tokens}, {self.temperature}")
 
 
 class GenerativePRM:
@@ -103,18 +111,22 @@ class GenerativePRM:
         self.format = template   # what scoring.describe() names
 
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
-        out = []
-        for problem, solution in zip(problems, steps):
+        return [scores for _, scores in self.score_iter(problems, steps)]
+
+    def score_iter(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> Iterator[
+            tuple[int, list[float | None]]]:
+        """``(index, step_scores)`` of each solution as it finishes, in order."""
+        for i, (problem, solution) in enumerate(zip(problems, steps)):
             start = time.time()
             if not solution:
-                out.append([])
+                scores: list[float | None] = []
             elif self.template.per_step:
-                out.append(self._score_per_step(problem, list(solution)))
+                scores = self._score_per_step(problem, list(solution))
             else:
-                out.append(self._score_whole(problem, list(solution)))
+                scores = self._score_whole(problem, list(solution))
             self.stats.solutions += 1
             self.stats.seconds += time.time() - start
-        return out
+            yield i, scores
 
     def _sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
                 seed: int) -> list[Sample]:
@@ -138,7 +150,7 @@ class GenerativePRM:
         """ThinkPRM and plain: K verifications of the whole solution."""
         prompt = T.whole_prompt(self.template, self.chat, problem, steps)
         samples = self._sample(prompt, self.config.samples, T.whole_stops(len(steps)),
-                               self.config.max_new_tokens, self.config.seed)
+                               self.config.max_new_tokens, self.config.verifier_seed)
         kept: list[tuple[Sample, list[Verdict | None]]] = []
         for s in samples:
             verdicts = parse_whole(s.text, len(steps))
@@ -165,10 +177,10 @@ class GenerativePRM:
             prompts = [T.genprm_prompt(self.chat, self.eos, problem, steps, e) for e in earlier]
             if j == 0:   # one prompt for all chains: sampled together, read once
                 firsts = self._sample(prompts[0], k_chains, [T.GENPRM_ANALYZE_STOP],
-                                      self.config.max_new_tokens, self.config.seed)
+                                      self.config.max_new_tokens, self.config.verifier_seed)
             else:
                 firsts = [self._sample(p, 1, [T.GENPRM_ANALYZE_STOP], self.config.max_new_tokens,
-                                       self.config.seed + 7919 * c)[0]
+                                       self.config.verifier_seed + 7919 * c)[0]
                           for c, p in enumerate(prompts)]
             for c, (prompt, first) in enumerate(zip(prompts, firsts)):
                 value, text = self._genprm_verdict(prompt, first, c)
@@ -183,7 +195,7 @@ class GenerativePRM:
             return None, first.text
         head = prompt + first.text + T.GENPRM_OUTPUT
         out = self._sample(head, 1, [T.GENPRM_OUTPUT_STOP], T.GENPRM_OUTPUT_TOKENS,
-                           self.config.seed + 7919 * chain + 1)[0]
+                           self.config.verifier_seed + 7919 * chain + 1)[0]
         verdict = parse_genprm(out.text)
         text = first.text + T.GENPRM_OUTPUT + out.text
         if verdict is None:   # the verdict comes first: a cut after it still counts
