@@ -12,6 +12,7 @@ and its verdict counts as 1 or 0). Each prompt is thus read twice rather than 2K
 
 from __future__ import annotations
 
+import inspect
 from typing import Sequence
 
 from prmkit.generate.hf import HFGenerator, encode_prompt
@@ -51,10 +52,12 @@ class HFVerifier:
         self.stats.prompt_tokens += len(prompt_ids)
         self.stats.prompt_tokens_saved += len(prompt_ids) * (k - 1)
         device = self.gen.device
+        params = inspect.signature(self.gen.model.forward).parameters
+        kw = "cache" if "cache" in params else "past_key_values"
         with torch.inference_mode():
             cache = DynamicCache(config=self.gen.model.config)
             head = self.gen.model(input_ids=torch.tensor([prompt_ids], device=device),
-                                  past_key_values=cache, use_cache=True).logits[0, -1].float()
+                                  **{kw: cache}, use_cache=True).logits[0, -1].float()
             cache.batch_repeat_interleave(k)
             ids = torch.full((k, width), self.gen.pad_id, dtype=torch.long)
             mask = torch.zeros((k, len(prompt_ids) + width), dtype=torch.long)
@@ -64,7 +67,7 @@ class HFVerifier:
                 mask[r, len(prompt_ids):len(prompt_ids) + len(t["input_ids"])] = 1
             positions = torch.arange(len(prompt_ids), len(prompt_ids) + width).expand(k, -1)
             logits = self.gen.model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                    position_ids=positions.to(device), past_key_values=cache,
+                                    position_ids=positions.to(device), **{kw: cache},
                                     use_cache=True).logits.float()
         out = []
         for r, (t, at) in enumerate(zip(texts, ats)):

@@ -19,10 +19,19 @@ def open_generative(model: str | None, fmt: str | None, config: GenConfig,
     if not model or model == "default":
         raise PrmkitError("--backend generative needs --model: an instruct model (smollm2-135m, "
                           "gemma3-270m, a folder or a hub id)")
-    from prmkit.verify.hf import load_hf_verifier
+    backend: Any
+    if config.server:
+        from prmkit.generate.openai import OpenAIConfig
+        from prmkit.verify.openai import OpenAIVerifier
 
-    backend = load_hf_verifier(model, getattr(hf, "dtype", "auto"), getattr(hf, "device", "cpu"),
-                               getattr(hf, "trust_remote_code", False))
+        server = OpenAIConfig(base_url=config.server, model=config.server_model or model)
+        backend = OpenAIVerifier(server, load_tokenizer(model))
+    else:
+        from prmkit.verify.hf import load_hf_verifier
+
+        backend = load_hf_verifier(model, getattr(hf, "dtype", "auto"),
+                                   getattr(hf, "device", "cpu"),
+                                   getattr(hf, "trust_remote_code", False))
     chat = T.chat_of(backend.tokenizer, template, model)
     return GenerativePRM(backend, template, chat, backend.tokenizer.eos_token or "", config)
 
@@ -35,4 +44,20 @@ def generation_of(args: Any) -> tuple[GenConfig | None, dict[str, Any] | None]:
     import dataclasses
 
     config = GenConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(GenConfig)})
-    return config, dataclasses.asdict(config)
+    settings = dataclasses.asdict(config)
+    settings.pop("server")   # where it runs is not a setting: the same model elsewhere resumes
+    return config, settings
+
+
+def load_tokenizer(model: str) -> Any:
+    """The tokenizer of a default model name, folder or hub id (a server's prompts)."""
+    from prmkit.models.folder import resolve_model_path
+
+    path = resolve_model_path(model)
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise PrmkitError(f"--model {model}: cannot load its tokenizer "
+                          f"({str(e).splitlines()[0]})") from None

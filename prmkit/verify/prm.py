@@ -84,6 +84,13 @@ class GenConfig:
         "help": "sampling temperature of the verifications; 0 = greedy"})
     verifier_seed: int = field(default=0, metadata={
         "help": "verification k of a prompt is seeded from (this seed, prompt, k)"})
+    server: str | None = field(default=None, metadata={
+        "metavar": "URL",
+        "help": "sample on an OpenAI-compatible server (its /v1 root, e.g. "
+                "http://127.0.0.1:8000/v1) that returns logprobs, instead of with transformers "
+                "here; --model then names the tokenizer the prompts are rendered with"})
+    server_model: str | None = field(default=None, metadata={
+        "help": "--server: the model name the server knows (default: --model)"})
 
     def __post_init__(self) -> None:
         from prmkit.errors import PrmkitError
