@@ -4,6 +4,7 @@ probabilities against a slow full-pass reference, and the CLI's refusals."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -142,7 +143,7 @@ def test_unknown_format_and_missing_chat_template_exit_2(tmp_path, capsys):
 
     folder = tmp_path / "bare"
     tiny.causal_lm().save_pretrained(folder)
-    tok = tiny.tokenizer()
+    tok = copy.deepcopy(tiny.tokenizer())   # the shared one keeps its template
     tok.chat_template = None
     tok.save_pretrained(folder)
     data = tmp_path / "in.jsonl"
