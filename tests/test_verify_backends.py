@@ -252,3 +252,30 @@ def test_hf_backend_scores_reproducibly_and_counts_what_it_saves():
         assert prm.stats.samples == 3 and prm.stats.tokens_generated > 0
         assert prm.stats.prompt_tokens_saved >= 2 * prm.stats.prompt_tokens // 3 > 0
     assert runs[0] == runs[1] and len(set(runs[0][1])) > 1   # seeded, and the samples differ
+
+
+def test_prmkit_serve_serves_a_generative_prm():
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    from prmkit.serve.app import ServerThread, create_app
+    from prmkit.serve.config import ServeConfig
+
+    tok = rt.smollm2()
+    server = VerifierServer(tok)
+    try:
+        t = T.get_template("thinkprm")
+        make = lambda: GenerativePRM(OpenAIVerifier(OpenAIConfig(base_url=server.url, model="m"), tok),
+                                     t, T.chat_of(tok, t, "m"), tok.eos_token,
+                                     GenConfig(samples=2, max_new_tokens=64))
+        offline = make().score([PROBLEM], [STEPS])
+        prm = make()
+        config = ServeConfig(host="127.0.0.1", port=0)
+        app = create_app(prm, config, "verifier", prm.format.name)
+        with ServerThread(app, host="127.0.0.1", config=config) as running:
+            with httpx.Client(base_url=running.url, trust_env=False, timeout=30) as c:
+                body = c.post("/v1/score", json={"problems": [PROBLEM], "steps": [STEPS]}).json()
+                health = c.get("/health").json()
+    finally:
+        server.close()
+    assert body["step_scores"] == offline and None not in offline[0]
+    assert health["format"] == "thinkprm"
