@@ -279,3 +279,62 @@ def test_prmkit_serve_serves_a_generative_prm():
         server.close()
     assert body["step_scores"] == offline and None not in offline[0]
     assert health["format"] == "thinkprm"
+
+
+class VLLMParams:   # the SamplingParams fields prmkit sets, with vLLM's names
+    def __init__(self, **kw):
+        assert set(kw) == {"n", "temperature", "top_p", "max_tokens", "stop",
+                           "include_stop_str_in_output", "logprobs", "seed"}
+        self.__dict__.update(kw)
+
+
+class StandInLLM:
+    """vLLM's offline API as the verifier backend calls it: the fake server's verifications,
+    as token ids with per-token logprobs (``Logprob`` objects keyed by token id)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.server, self.requests = tokenizer, VerifierServer.__new__(VerifierServer), []
+        self.server.firsts = [tokenizer.decode(tokenizer(w, add_special_tokens=False)["input_ids"][:1])
+                              for w in ("correct", "incorrect")]
+        self.server.logprobs = True
+        self.word_ids = {first: tokenizer(w, add_special_tokens=False)["input_ids"][0]
+                         for first, w in zip(self.server.firsts, ("correct", "incorrect"))}
+
+    def get_tokenizer(self):
+        return self.tokenizer
+
+    def generate(self, prompts, params, use_tqdm=True):
+        from types import SimpleNamespace as NS
+
+        outs = []
+        for p, sp in zip(prompts, params):
+            assert set(p) == {"prompt_token_ids"} and sp.n == 1 and sp.logprobs == 5
+            self.requests.append(sp)
+            prompt = self.tokenizer.decode(p["prompt_token_ids"])
+            choice = self.server.answer({"prompt": prompt, "seed": sp.seed})["choices"][0]
+            ids, lps = [], []
+            for n, (text, top) in enumerate(zip(choice["logprobs"]["tokens"],
+                                                choice["logprobs"]["top_logprobs"])):
+                tid = self.word_ids.get(text, 10**6 + n)   # a made-up id for other pieces
+                ids.append(tid)
+                lps.append({self.word_ids.get(t, tid): NS(logprob=v, decoded_token=t)
+                            for t, v in top.items()})
+            out = NS(text=choice["text"], token_ids=ids, logprobs=lps, finish_reason="stop",
+                     stop_reason="Is the solution correct?")
+            outs.append(NS(outputs=[out]))
+        return outs
+
+
+def test_vllm_backend_follows_the_offline_api_and_reads_the_logprobs():
+    from prmkit.verify.vllm import VLLMVerifier
+
+    tok = rt.smollm2()
+    llm = StandInLLM(tok)
+    t = T.get_template("thinkprm")
+    prm = GenerativePRM(VLLMVerifier(llm, VLLMParams), t, T.chat_of(tok, t, "m"), tok.eos_token,
+                        GenConfig(samples=3, max_new_tokens=64))
+    scores = prm.score([PROBLEM], [STEPS])[0]
+    prompt = T.whole_prompt(t, T.chat_of(tok, t, "m"), PROBLEM, STEPS)
+    assert scores == pytest.approx(expected(prompt, 3, 3), abs=1e-12)
+    assert [r.stop for r in llm.requests] == [T.whole_stops(3)] * 3
+    assert prm.stats.parsed == 3 and prm.stats.prompt_tokens_saved > 0

@@ -12,8 +12,9 @@ from prmkit.verify.prm import GenConfig, GenerativePRM
 
 def open_generative(model: str | None, fmt: str | None, config: GenConfig,
                     hf: Any = None) -> GenerativePRM:
-    """A generative PRM: ``model`` a default model name, folder or hub id read with
-    transformers; ``fmt`` a template name (default ``plain``); ``hf`` the run's
+    """A generative PRM: ``model`` a default model name, folder or hub id; ``fmt`` a template
+    name (default ``plain``); sampled on ``config.server`` when given (an OpenAI-compatible
+    server), else with ``config.engine`` (transformers or vLLM); ``hf`` the run's
     :class:`prmkit.models.reading.HFConfig` (dtype, device, trust_remote_code)."""
     template = T.get_template(fmt or "plain")   # an unknown name before the model loads
     if not model or model == "default":
@@ -26,6 +27,10 @@ def open_generative(model: str | None, fmt: str | None, config: GenConfig,
 
         server = OpenAIConfig(base_url=config.server, model=config.server_model or model)
         backend = OpenAIVerifier(server, load_tokenizer(model))
+    elif config.engine == "vllm":
+        from prmkit.verify.vllm import load_vllm_verifier
+
+        backend = load_vllm_verifier(model, getattr(hf, "dtype", "auto"))
     else:
         from prmkit.verify.hf import load_hf_verifier
 

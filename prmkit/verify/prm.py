@@ -84,6 +84,10 @@ class GenConfig:
         "help": "sampling temperature of the verifications; 0 = greedy"})
     verifier_seed: int = field(default=0, metadata={
         "help": "verification k of a prompt is seeded from (this seed, prompt, k)"})
+    engine: str = field(default="transformers", metadata={
+        "choices": ["transformers", "vllm"],
+        "help": "where the verifications are sampled: transformers in this process (CPU or "
+                "GPU), or vLLM's offline engine on a GPU (pip install 'prmkit[vllm]')"})
     server: str | None = field(default=None, metadata={
         "metavar": "URL",
         "help": "sample on an OpenAI-compatible server (its /v1 root, e.g. "
