@@ -338,3 +338,28 @@ def test_vllm_backend_follows_the_offline_api_and_reads_the_logprobs():
     assert scores == pytest.approx(expected(prompt, 3, 3), abs=1e-12)
     assert [r.stop for r in llm.requests] == [T.whole_stops(3)] * 3
     assert prm.stats.parsed == 3 and prm.stats.prompt_tokens_saved > 0
+
+
+def test_eval_processbench_with_a_generative_prm_records_its_parse_rate(tmp_path, capsys):
+    tok = rt.smollm2()
+    server = VerifierServer(tok)
+    data = tmp_path / "gsm8k.json"
+    data.write_text(json.dumps([
+        {"id": "a", "problem": PROBLEM, "steps": STEPS, "label": -1, "final_answer_correct": True},
+        {"id": "b", "problem": "What is 1 + 1?", "steps": ["1 + 1 = 3.", "So 3."], "label": 0,
+         "final_answer_correct": False}]))
+    out = tmp_path / "pb.json"
+    try:
+        rc = main(["eval", "processbench", "--data", str(data), "--model", "smollm2-135m",
+                   "--backend", "generative", "--format", "thinkprm", "--samples", "2",
+                   "--server", server.url, "--output", str(out)])
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    res = json.loads(out.read_text())
+    gen = res["scored_by"]["generative"]
+    assert (gen["samples"], gen["parsed"], gen["solutions"]) == (4, 4, 2)
+    assert gen["samples"] == 4 and "parse rate 100.0% (4 of 4" in err
+    scores = [json.loads(line)["step_scores"] for line in open(tmp_path / "pb.scores.jsonl")]
+    assert [len(s) for s in scores] == [3, 2] and None not in scores[0] + scores[1]
