@@ -252,6 +252,9 @@ def test_hf_backend_scores_reproducibly_and_counts_what_it_saves():
         assert prm.stats.samples == 3 and prm.stats.tokens_generated > 0
         assert prm.stats.prompt_tokens_saved >= 2 * prm.stats.prompt_tokens // 3 > 0
     assert runs[0] == runs[1] and len(set(runs[0][1])) > 1   # seeded, and the samples differ
+    backend.gen.max_positions = 20     # a prompt longer than the model takes: cut, not a crash
+    prm = GenerativePRM(backend, t, T.chat_of(backend.tokenizer, t, "m"), "", GenConfig(samples=2))
+    assert prm.score([PROBLEM], [STEPS]) == [[None] * 3] and prm.stats.capped == 2
 
 
 def test_prmkit_serve_serves_a_generative_prm():

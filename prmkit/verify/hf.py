@@ -29,6 +29,9 @@ class HFVerifier:
 
     def sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
                temperature: float, seed: int | None) -> list[Sample]:
+        limit = self.gen.max_positions
+        if limit is not None and len(self.gen.encode(prompt)) >= limit:
+            return [Sample("", "length", 0) for _ in range(n)]   # no room: counted as cut
         [outs] = self.gen.generate([prompt], n, list(stop), max_tokens, temperature, 1.0, seed)
         length = outs[0].prompt_tokens if outs else 0
         self.stats.prompt_tokens += length
