@@ -24,6 +24,7 @@ class HFVerifier:
 
     def __init__(self, generator: HFGenerator):
         self.gen = generator
+        self.model = generator.model      # what scoring.describe() reads the dtype from
         self.tokenizer = generator.tokenizer
         self.stats = GenStats()   # replaced by the PRM's own
 

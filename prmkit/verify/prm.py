@@ -120,6 +120,7 @@ class GenerativePRM:
             backend.stats = self.stats   # the backend counts the prompt tokens it reads
         self.words = tuple(template.verdicts.split(","))
         self.format = template   # what scoring.describe() names
+        self.model = getattr(backend, "model", None)   # and its dtype, where it runs here
 
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
         return [scores for _, scores in self.score_iter(problems, steps)]
