@@ -119,7 +119,8 @@ def _add_score(sub: Any) -> None:
                    help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN)")
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
-                        "saved in the model folder")
+                        "saved in the model folder. With --backend generative, the verifier's "
+                        "template: thinkprm, genprm or plain (the default)")
     p.add_argument("--input", required=True, help="records (prmkit JSONL)")
     p.add_argument("--output", required=True, help="where to write the scored records")
     p.add_argument("--per-prefix", action="store_true",

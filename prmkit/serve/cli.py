@@ -47,7 +47,8 @@ def add_serve(sub: Any) -> None:
                         "trained default prmkit PRM shipped in the package")
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
-                        "saved in the model folder")
+                        "saved in the model folder. With --backend generative, the verifier's "
+                        "template: thinkprm, genprm or plain (the default)")
     add_dtype_option(p, help="auto = bfloat16 where native, else float32; float32 gives scores "
                              "equal to offline float32 scoring")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
