@@ -158,10 +158,10 @@ def test_unknown_format_and_missing_chat_template_exit_2(tmp_path, capsys):
 
 def test_killed_generative_run_resumes_to_the_unbroken_output(tmp_path):
     tok = rt.smollm2()
-    server = VerifierServer(tok, delay=0.15)
+    server = VerifierServer(tok, delay=0.5)   # each record takes a while: a window for the kill
     data = tmp_path / "in.jsonl"
     with open(data, "w") as f:
-        for i in range(6):
+        for i in range(8):
             f.write(json.dumps({"id": f"r{i}", "problem": f"{PROBLEM} ({i})",
                                 "steps": STEPS[:1 + i % 3]}) + "\n")
     args = lambda out: [sys.executable, "-m", "prmkit.cli", "score", "--backend", "generative",
@@ -173,7 +173,7 @@ def test_killed_generative_run_resumes_to_the_unbroken_output(tmp_path):
         full = tmp_path / "full.jsonl"
         done = subprocess.run(args(full), env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
-        assert "parse rate 100.0% (12 of 12" in done.stderr
+        assert "parse rate 100.0% (16 of 16" in done.stderr
         out = tmp_path / "killed.jsonl"
         proc = subprocess.Popen(args(out), env=env, stderr=subprocess.DEVNULL)
         partial = str(out) + ".partial"
@@ -182,6 +182,7 @@ def test_killed_generative_run_resumes_to_the_unbroken_output(tmp_path):
             if os.path.exists(partial) and open(partial).read().count("\n") >= 3:
                 break
             time.sleep(0.02)
+        assert proc.poll() is None, "the run ended before it could be killed"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert not out.exists() and os.path.exists(partial)
