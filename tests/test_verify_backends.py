@@ -177,8 +177,8 @@ def test_killed_generative_run_resumes_to_the_unbroken_output(tmp_path):
         out = tmp_path / "killed.jsonl"
         proc = subprocess.Popen(args(out), env=env, stderr=subprocess.DEVNULL)
         partial = str(out) + ".partial"
-        deadline = time.time() + 120
-        while time.time() < deadline:   # the settings line and two records written
+        deadline = time.time() + 600   # a loaded machine starts the command slowly
+        while time.time() < deadline and proc.poll() is None:   # the settings and 2 records
             if os.path.exists(partial) and open(partial).read().count("\n") >= 3:
                 break
             time.sleep(0.02)
