@@ -6,6 +6,7 @@ K verifications, parses the verdict of every step (:mod:`prmkit.verify.verdicts`
 step as P(correct): from the verdict token's log-probabilities where the backend gives them,
 else the share of the samples that call it correct (:mod:`prmkit.verify.prm`). It is a
 :class:`prmkit.models.base.PRM`, so select, search, eval and the RL rewards use it unchanged.
-Backends: transformers (:mod:`prmkit.verify.hf`) and an OpenAI-compatible server with
-logprobs (:mod:`prmkit.verify.openai`).
+Backends: transformers (:mod:`prmkit.verify.hf`), an OpenAI-compatible server with logprobs
+(:mod:`prmkit.verify.openai`) and vLLM's offline engine (:mod:`prmkit.verify.vllm`);
+:mod:`prmkit.verify.load` opens one for ``--backend generative``.
 """
