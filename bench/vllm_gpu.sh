@@ -7,7 +7,10 @@
 # problems + prmkit generate --policy lab:0.1:0.6, 8 per problem). Both backends score in
 # float32; the script prints each run's wall time and records/s, then the largest difference
 # between the two backends' scores, last. With Ray installed it also runs vLLM on one Ray
-# worker holding the GPU (--ray local --workers 1 --worker-gpus 1).
+# worker holding the GPU (--ray local --workers 1 --worker-gpus 1). Last, when the ProcessBench
+# dev slice is there (DATA, default ../shared/data/processbench_dev), a generative PRM on vLLM's
+# engine: SmolLM2-135M-Instruct, plain template, 4 verifications per solution
+# (docs/generative-prms.md); it prints its F1, parse rate, tokens and seconds per solution.
 #
 # usage: bench/vllm_gpu.sh [PROBLEMS (default 64)]   (PRMKIT=... to choose the prmkit command)
 set -euo pipefail
@@ -48,3 +51,8 @@ for n in names[1:]:
     print(f"{n} against hf: max |score difference| {d:.2e} over {len(base)} records, "
           f"{nulls} steps scored by one side only")
 PY
+DATA=${DATA:-../shared/data/processbench_dev}
+if [ -f "$DATA/gsm8k.json" ]; then
+  $PRMKIT eval processbench --data "$DATA/gsm8k.json" --model smollm2-135m --backend generative \
+    --engine vllm --format plain --samples 4 --max-new-tokens 512 --output "$t/generative.json"
+fi

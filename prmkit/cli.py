@@ -119,7 +119,8 @@ def _add_score(sub: Any) -> None:
                    help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN)")
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
-                        "saved in the model folder")
+                        "saved in the model folder. With --backend generative, the verifier's "
+                        "template: thinkprm, genprm or plain (the default)")
     p.add_argument("--input", required=True, help="records (prmkit JSONL)")
     p.add_argument("--output", required=True, help="where to write the scored records")
     p.add_argument("--per-prefix", action="store_true",
@@ -164,15 +165,21 @@ def _run_score(args: argparse.Namespace) -> int:
     # in the settings only where it changes the batches: two records of a group, one problem
     share = not args.no_share_prefix and has_groups(records)
     ray = ray_config(args)
+    from prmkit.verify.load import generation_of
+
+    generation, gen_settings = generation_of(args)
     result = score_records(records, functools.partial(open_scorer, args.backend, args.model,
-                                                      args.token, args.format, config),
+                                                      args.token, args.format, config, generation),
                            args.output, resume=not args.no_resume, kind=kind,
                            per_prefix=args.per_prefix, chunk=args.chunk, share_prefix=share,
                            settings=score_settings(args.model, args.format, config,
-                                                   args.per_prefix, kind, share, args.backend),
+                                                   args.per_prefix, kind, share, args.backend,
+                                                   gen_settings),
                            ray=ray)
     if result.sharing is not None:
         print(result.sharing.summary(), file=sys.stderr)
+    if hasattr(getattr(result.prm, "stats", None), "summary"):   # a generative PRM's parse rate
+        print(result.prm.stats.summary(), file=sys.stderr)
     print(f"scored {len(records)} records -> {args.output}", file=sys.stderr)
     return 0
 

@@ -39,21 +39,28 @@ class ScoreResult:
     seconds: float = 0.0  # scoring alone: the loop here, or on Ray first batch start to last end
 
 
-BACKENDS = ("hf", "vllm")
+BACKENDS = ("hf", "vllm", "generative")
 
 
 def open_scorer(backend: str, model: str | None, token: str | None = None, fmt: str | None = None,
-                config: Any = None) -> Any:
+                config: Any = None, generation: Any = None) -> Any:
     """The PRM a command scores with: ``hf`` is :func:`prmkit.models.load.open_prm` (a folder,
     a name, a hub id, a ``prmkit serve`` URL), ``vllm`` the same model through vLLM's pooling
     API (:class:`prmkit.models.backends.vllm.VLLMPRM`; ``config``'s dtype, length cut and
-    trust_remote_code; vLLM picks its GPU itself)."""
+    trust_remote_code; vLLM picks its GPU itself), ``generative`` an instruct model that writes
+    its verification (:mod:`prmkit.verify`; ``fmt`` its template, ``generation`` its
+    :class:`prmkit.verify.prm.GenConfig`)."""
     from prmkit.models.load import open_prm
+    from prmkit.verify.prm import GenConfig
 
     if backend not in BACKENDS:
         raise PrmkitError(f"--backend {backend!r} is not one of {', '.join(BACKENDS)}")
     if backend == "hf":
         return open_prm(model, token, fmt, config)
+    if backend == "generative":
+        from prmkit.verify.load import open_generative
+
+        return open_generative(model, fmt, generation or GenConfig(), config)
     from prmkit.models.backends.remote import is_remote
     from prmkit.models.backends.vllm import VLLMPRM
     from prmkit.models.pypi import DEFAULT_PRM, default_prm_path
@@ -79,7 +86,7 @@ def describe(prm: Any) -> dict[str, Any]:
 
 def score_settings(model: str | None, fmt: str | None, config: Any, per_prefix: bool = False,
                    kind: str = "prm", share_prefix: bool = False,
-                   backend: str = "hf") -> dict[str, Any]:
+                   backend: str = "hf", generation: dict[str, Any] | None = None) -> dict[str, Any]:
     """The settings that change a scoring run's output (a resume must match them): the model
     (a folder by its absolute path), the step format, the dtype, the length cut, the device and
     token budget (the batches' make-up moves low-precision scores), the mode, prefix sharing
@@ -91,7 +98,7 @@ def score_settings(model: str | None, fmt: str | None, config: Any, per_prefix: 
             **{k: getattr(config, k, None) for k in ("dtype", "max_length", "device",
                                                       "token_budget")},
             "per_prefix": per_prefix, "kind": kind, "share_prefix": share_prefix,
-            **({"backend": backend} if backend != "hf" else {})}
+            **({"backend": backend} if backend != "hf" else {}), **(generation or {})}
 
 
 def check_partial(out: str, done: dict[str, dict[str, Any]], records: Sequence[Record],

@@ -20,7 +20,7 @@ LAYERS = [
                                     "prmkit.models"]),
     ("jobs", ["prmkit.distributed", "prmkit.scoring", "prmkit.select", "prmkit.realdata", "prmkit.generate",
               "prmkit.label", "prmkit.search", "prmkit.train", "prmkit.evaluate",
-              "prmkit.report", "prmkit.serve", "prmkit.rl", "prmkit.lab"]),
+              "prmkit.report", "prmkit.serve", "prmkit.rl", "prmkit.lab", "prmkit.verify"]),
     ("command line", ["prmkit.cliutil", "prmkit.cli", "prmkit"]),
 ]
 

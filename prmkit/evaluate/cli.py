@@ -309,7 +309,8 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
                    help="a model folder (safetensors), a default model name, or a hub id")
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
-                        "saved in the model folder")
+                        "saved in the model folder. With --backend generative, the verifier's "
+                        "template: thinkprm, genprm or plain (the default)")
     add_model_run_options(p, "auto = bfloat16 where native, else float32; recorded in the "
                              "results beside every figure",
                           "cut solutions to this many tokens (default: the model's maximum); "

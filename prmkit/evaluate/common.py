@@ -155,7 +155,11 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
     ray = ray_config(args)
-    prm = functools.partial(open_scorer, getattr(args, "backend", "hf"), args.model, None, args.format, config)
+    from prmkit.verify.load import generation_of
+
+    generation, gen_settings = generation_of(args)
+    prm = functools.partial(open_scorer, getattr(args, "backend", "hf"), args.model, None,
+                            args.format, config, generation)
     if ray is None:
         prm = prm()    # here, before any output (Ray workers open it themselves)
     share_prefix = share_prefix and has_groups(records)
@@ -163,10 +167,15 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
                            share_prefix=share_prefix, ray=ray,
                            settings=score_settings(args.model, args.format, config,
                                                    share_prefix=share_prefix,
-                                                   backend=getattr(args, "backend", "hf")))
+                                                   backend=getattr(args, "backend", "hf"),
+                                                   generation=gen_settings))
     described = result.described or {"format": args.format, "dtype": None}
     info = {"name": args.model, **described, "device": args.device,
             "truncated_solutions": result.truncated}
+    stats = getattr(result.prm, "stats", None)
+    if hasattr(stats, "summary"):   # a generative PRM: its parse rate, tokens and time
+        print(stats.summary(), file=sys.stderr)
+        info["generative"] = {**gen_settings, **vars(stats)}
     if result.sharing is not None:
         print(result.sharing.summary(), file=sys.stderr)
         info["prefix_sharing"] = {k: getattr(result.sharing, k) for k in

@@ -146,6 +146,10 @@ class OpenAIGenerator:
 
     # ------------------------------------------------------------------------------ HTTP
 
+    def post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One completions request as given (with the retries above), its JSON answer."""
+        return self._post(body)
+
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         data = json.dumps(body).encode("utf-8")
         headers = {"Content-Type": "application/json"}

@@ -47,7 +47,8 @@ def add_serve(sub: Any) -> None:
                         "trained default prmkit PRM shipped in the package")
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
-                        "saved in the model folder")
+                        "saved in the model folder. With --backend generative, the verifier's "
+                        "template: thinkprm, genprm or plain (the default)")
     add_dtype_option(p, help="auto = bfloat16 where native, else float32; float32 gives scores "
                              "equal to offline float32 scoring")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
@@ -59,6 +60,13 @@ def add_serve(sub: Any) -> None:
                    help="torch CPU threads for the model (default: torch's; 1 is often faster on "
                         "a busy machine)")
     add_config_options(p, ServeConfig, mark_optional=False)  # with the batching options
+    from prmkit.verify.prm import GenConfig
+
+    p.add_argument("--backend", default="hf", choices=["hf", "generative"],
+                   help="hf: a discriminative PRM read with transformers; generative: an "
+                        "instruct model that writes a verification per solution (--format "
+                        "thinkprm, genprm or plain, the default; docs/generative-prms.md)")
+    add_config_options(p.add_argument_group("generative PRM (--backend generative)"), GenConfig)
     p.add_argument("--access-log", action="store_true", help="log every request (uvicorn)")
     p.set_defaults(run=_run_serve)
 
@@ -87,7 +95,12 @@ def _run_serve(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     hf = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                   max_length=args.max_length, trust_remote_code=args.trust_remote_code)
-    prm, kind = open_prm(args.model, None, args.format, hf), model_kind(args.model)
+    if args.backend == "generative":
+        from prmkit.verify.load import generation_of, open_generative
+
+        prm, kind = open_generative(args.model, args.format, generation_of(args)[0], hf), "prm"
+    else:
+        prm, kind = open_prm(args.model, None, args.format, hf), model_kind(args.model)
     model_name = args.model or "prmkit-default-prm"
     app = create_app(prm, config, model_name, prm.format.name, kind)
     where = f"http://[{config.host}]:{config.port}" if ":" in config.host else \

@@ -1,0 +1,99 @@
+"""The transformers backend of a generative PRM, on CPU or GPU.
+
+Sampling is :class:`prmkit.generate.hf.HFGenerator`'s (a prompt is prefilled once for its K
+samples, its key-value cache repeated for them). The verdict probabilities are read after
+sampling, teacher-forced: the prompt is read once more into a key-value cache, repeated for the
+K verifications, and the K texts are read on it in one right-padded pass; at the token where a
+verdict word starts, P(word) / (P(word) + P(other word)) over the first token of each word
+(the texts are re-encoded, so a verdict whose word is not a token boundary there reads None,
+and its verdict counts as 1 or 0). Each prompt is thus read twice rather than 2K times:
+``prompt_tokens_saved`` counts the difference.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Sequence
+
+from prmkit.generate.hf import HFGenerator, encode_prompt
+from prmkit.verify.prm import GenStats, Sample
+
+
+class HFVerifier:
+    """A transformers causal LM as a :class:`prmkit.verify.prm.VerifierBackend`."""
+
+    def __init__(self, generator: HFGenerator):
+        self.gen = generator
+        self.model = generator.model      # what scoring.describe() reads the dtype from
+        self.tokenizer = generator.tokenizer
+        self.stats = GenStats()   # replaced by the PRM's own
+
+    def sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
+               temperature: float, seed: int | None) -> list[Sample]:
+        limit = self.gen.max_positions
+        if limit is not None and len(self.gen.encode(prompt)) >= limit:
+            return [Sample("", "length", 0) for _ in range(n)]   # no room: counted as cut
+        [outs] = self.gen.generate([prompt], n, list(stop), max_tokens, temperature, 1.0, seed)
+        length = outs[0].prompt_tokens if outs else 0
+        self.stats.prompt_tokens += length
+        self.stats.prompt_tokens_saved += length * (n - 1)
+        return [Sample(o.text, o.finish_reason, o.n_tokens) for o in outs]
+
+    def first_token(self, word: str) -> int:
+        return int(self.tokenizer(word, add_special_tokens=False)["input_ids"][0])
+
+    def verdict_probs(self, prompt: str, samples: Sequence[Sample], words: tuple[str, str],
+                      ats: Sequence[Sequence[int]]) -> list[list[float | None]]:
+        torch = self.gen.torch
+        from transformers import DynamicCache
+
+        yes, no = self.first_token(words[0]), self.first_token(words[1])
+        prompt_ids = encode_prompt(self.tokenizer, prompt)
+        texts = [self.tokenizer(s.text, add_special_tokens=False, return_offsets_mapping=True)
+                 for s in samples]
+        k = len(samples)
+        width = max(1, max(len(t["input_ids"]) for t in texts))
+        self.stats.prompt_tokens += len(prompt_ids)
+        self.stats.prompt_tokens_saved += len(prompt_ids) * (k - 1)
+        device = self.gen.device
+        params = inspect.signature(self.gen.model.forward).parameters
+        kw = "cache" if "cache" in params else "past_key_values"
+        with torch.inference_mode():
+            cache = DynamicCache(config=self.gen.model.config)
+            head = self.gen.model(input_ids=torch.tensor([prompt_ids], device=device),
+                                  **{kw: cache}, use_cache=True).logits[0, -1].float()
+            cache.batch_repeat_interleave(k)
+            ids = torch.full((k, width), self.gen.pad_id, dtype=torch.long)
+            mask = torch.zeros((k, len(prompt_ids) + width), dtype=torch.long)
+            mask[:, :len(prompt_ids)] = 1
+            for r, t in enumerate(texts):
+                ids[r, :len(t["input_ids"])] = torch.tensor(t["input_ids"], dtype=torch.long)
+                mask[r, len(prompt_ids):len(prompt_ids) + len(t["input_ids"])] = 1
+            positions = torch.arange(len(prompt_ids), len(prompt_ids) + width).expand(k, -1)
+            logits = self.gen.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                    position_ids=positions.to(device), **{kw: cache},
+                                    use_cache=True).logits.float()
+        out = []
+        for r, (t, at) in enumerate(zip(texts, ats)):
+            starts = {s: i for i, (s, _) in enumerate(t["offset_mapping"])}
+            row = []
+            for a in at:
+                i = starts.get(a)
+                if i is None:
+                    row.append(None)
+                    continue
+                scores = head if i == 0 else logits[r, i - 1]
+                pair = torch.softmax(scores[[yes, no]], dim=0)
+                row.append(float(pair[0]))
+            out.append(row)
+        return out
+
+
+def load_hf_verifier(model: str, dtype: str = "auto", device: str = "cpu",
+                     trust_remote_code: bool = False) -> HFVerifier:
+    """A model folder, default model name or hub id, as a verifier backend."""
+    from prmkit.generate.hf import HFGenConfig, load_hf_generator
+    from prmkit.generate.prompts import END_TOKENS
+
+    config = HFGenConfig(dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+    return HFVerifier(load_hf_generator(model, config, END_TOKENS))

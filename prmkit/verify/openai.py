@@ -1,0 +1,83 @@
+"""The OpenAI-compatible server backend of a generative PRM (vLLM, llama.cpp's servers,
+SGLang), over ``POST /v1/completions`` with ``logprobs``.
+
+The prompt is rendered here with the model's own tokenizer (the templates append text after the
+generation prompt, so the chat endpoint cannot send them). Each verification is its own request
+with its own seed (:func:`prmkit.generate.base.sample_seed`) and ``logprobs`` top
+alternatives; a verdict's P(correct) is P(yes) / (P(yes) + P(no)) over the first token of each
+verdict word among the alternatives at the token where the word starts (the tokens' texts put
+end to end locate it). None where one of the two is not among them: the verdict counts as 1 or
+0. A server that returns no logprobs is refused: one line naming it. The server may cache the
+prompt across the K requests; nothing is counted as saved here.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+from prmkit.errors import PrmkitError
+from prmkit.generate.base import sample_seed
+from prmkit.generate.openai import OpenAIConfig, OpenAIGenerator, read_completion
+from prmkit.verify.prm import GenStats, Sample
+
+TOP_LOGPROBS = 5
+
+
+class OpenAIVerifier:
+    """A model on an OpenAI-compatible server as a :class:`prmkit.verify.prm.VerifierBackend`."""
+
+    def __init__(self, config: OpenAIConfig, tokenizer: Any):
+        self.client = OpenAIGenerator(config)
+        self.config = config
+        self.tokenizer = tokenizer
+        self.stats = GenStats()
+
+    def sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
+               temperature: float, seed: int | None) -> list[Sample]:
+        bodies = [{"model": self.config.model, "prompt": prompt, "n": 1, "max_tokens": max_tokens,
+                   "temperature": temperature, "top_p": 1.0, "seed": sample_seed(seed, prompt, k),
+                   "stop": list(stop), "logprobs": TOP_LOGPROBS, **self.config.extra}
+                  for k in range(n)]
+        with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool:
+            answers = list(pool.map(self.client.post, bodies))
+        out = []
+        for answer in answers:
+            c = read_completion(answer, list(stop))
+            self.stats.prompt_tokens += c.prompt_tokens
+            out.append(Sample(c.text, c.finish_reason, c.n_tokens, self._logprobs(answer)))
+        return out
+
+    def _logprobs(self, answer: dict[str, Any]) -> tuple[list[str], list[dict[str, float]]]:
+        lp = answer["choices"][0].get("logprobs")
+        tokens = lp.get("tokens") if isinstance(lp, dict) else None
+        tops = lp.get("top_logprobs") if isinstance(lp, dict) else None
+        if not isinstance(tokens, list) or not isinstance(tops, list):
+            raise PrmkitError(f"{self.client.url}: the server returned no logprobs; a generative "
+                              f"PRM reads its verdicts from them (use a server whose completions "
+                              f"endpoint returns logprobs: vLLM, llama.cpp)")
+        return tokens, [t or {} for t in tops]
+
+    def verdict_probs(self, prompt: str, samples: Sequence[Sample], words: tuple[str, str],
+                      ats: Sequence[Sequence[int]]) -> list[list[float | None]]:
+        firsts = [self.tokenizer.decode(self.tokenizer(w, add_special_tokens=False)["input_ids"][:1])
+                  for w in words]
+        out = []
+        for sample, at in zip(samples, ats):
+            tokens, tops = sample.data
+            starts, pos = {}, 0
+            for i, t in enumerate(tokens):
+                starts.setdefault(pos, i)
+                pos += len(t)
+            row: list[float | None] = []
+            for a in at:
+                i = starts.get(a)
+                top = tops[i] if i is not None and i < len(tops) else {}
+                if firsts[0] in top and firsts[1] in top and firsts[0] != firsts[1]:
+                    yes, no = math.exp(top[firsts[0]]), math.exp(top[firsts[1]])
+                    row.append(yes / (yes + no))
+                else:
+                    row.append(None)
+            out.append(row)
+        return out

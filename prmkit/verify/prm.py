@@ -1,0 +1,219 @@
+"""``GenerativePRM``: K sampled verifications per solution, read as step scores.
+
+``score(problems, steps)`` is the :class:`prmkit.models.base.PRM` protocol. For each solution
+the template's prompt (:mod:`prmkit.verify.templates`) is sampled ``samples`` times; each
+verification's verdicts (:mod:`prmkit.verify.verdicts`) give step values: P(correct) =
+P(yes) / (P(yes) + P(no)) at the verdict token where the backend gives log-probabilities
+(ThinkPRM's and GenPRM's score), else 1 or 0; a step's score is the mean over the verifications
+that score it. A verification that hits ``max_new_tokens``, or holds no verdict, scores nothing
+and is counted (:class:`GenStats`). Sample k of a prompt is seeded from (seed, prompt, k), so a
+resumed run gives what an unbroken one gives.
+
+A backend (:class:`VerifierBackend`) samples and reads verdict probabilities; the problem and
+solution prompt is encoded once for its K samples where the backend allows it
+(``prompt_tokens_saved``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Protocol, Sequence
+
+from prmkit.verify import templates as T
+from prmkit.verify.verdicts import Verdict, combine, parse_genprm, parse_whole, step_values
+
+
+@dataclass
+class Sample:
+    """One sampled verification: its text, why it ended, its tokens, backend data."""
+
+    text: str
+    finish_reason: str      # stop, eos or length
+    n_tokens: int
+    data: Any = None        # what the backend needs to read verdict probabilities (logprobs)
+
+
+class VerifierBackend(Protocol):
+    def sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
+               temperature: float, seed: int | None) -> list[Sample]:
+        """``n`` verifications of one prompt (stop strings kept in the text)."""
+        ...
+
+    def verdict_probs(self, prompt: str, samples: Sequence[Sample], words: tuple[str, str],
+                      ats: Sequence[Sequence[int]]) -> list[list[float | None]]:
+        """P(words[0]) / (P(words[0]) + P(words[1])) at each char offset ``ats[s]`` of each
+        sample's text (where its verdict word starts); None where it cannot be read."""
+        ...
+
+
+@dataclass
+class GenStats:
+    """What the generative PRM did: samples, how many parsed, tokens and time."""
+
+    samples: int = 0
+    parsed: int = 0
+    capped: int = 0            # hit max_new_tokens
+    unparsable: int = 0        # ended without a verdict
+    tokens_generated: int = 0
+    prompt_tokens: int = 0     # prompt tokens the backend read
+    prompt_tokens_saved: int = 0   # read once for K samples instead of K times
+    solutions: int = 0
+    seconds: float = 0.0
+    truncated_solutions: int = 0   # what scoring.py reports for discriminative PRMs
+
+    def summary(self) -> str:
+        rate = 100.0 * self.parsed / self.samples if self.samples else 0.0
+        per = self.solutions or 1
+        return (f"generative PRM: parse rate {rate:.1f}% ({self.parsed} of {self.samples} "
+                f"verifications; {self.capped} hit --max-new-tokens, {self.unparsable} without "
+                f"a verdict); {self.tokens_generated / per:.0f} tokens generated and "
+                f"{self.seconds / per:.2f} s per solution; {self.prompt_tokens_saved} prompt "
+                f"tokens saved by reading each prompt once for its samples")
+
+
+@dataclass
+class GenConfig:
+    """How a generative PRM samples its verifications."""
+
+    samples: int = field(default=1, metadata={"help": "verifications sampled per solution (K)"})
+    max_new_tokens: int = field(default=1024, metadata={
+        "help": "the most tokens one verification may have; one that hits it scores nothing "
+                "and is counted"})
+    temperature: float = field(default=0.7, metadata={
+        "help": "sampling temperature of the verifications; 0 = greedy"})
+    verifier_seed: int = field(default=0, metadata={
+        "help": "verification k of a prompt is seeded from (this seed, prompt, k)"})
+    engine: str = field(default="transformers", metadata={
+        "choices": ["transformers", "vllm"],
+        "help": "where the verifications are sampled: transformers in this process (CPU or "
+                "GPU), or vLLM's offline engine on a GPU (pip install 'prmkit[vllm]')"})
+    server: str | None = field(default=None, metadata={
+        "metavar": "URL",
+        "help": "sample on an OpenAI-compatible server (its /v1 root, e.g. "
+                "http://127.0.0.1:8000/v1) that returns logprobs, instead of with transformers "
+                "here; --model then names the tokenizer the prompts are rendered with"})
+    server_model: str | None = field(default=None, metadata={
+        "help": "--server: the model name the server knows (default: --model)"})
+
+    def __post_init__(self) -> None:
+        from prmkit.errors import PrmkitError
+
+        if self.samples < 1 or self.max_new_tokens < 1 or self.temperature < 0:
+            raise PrmkitError(f"--samples and --max-new-tokens must be positive and "
+                              f"--temperature not negative, got {self.samples}, "
+                              f"{self.max_new_tokens}, {self.temperature}")
+
+
+class GenerativePRM:
+    """A generative PRM over a backend, a template and its chat template."""
+
+    def __init__(self, backend: VerifierBackend, template: T.Template, chat: T.Chat | None,
+                 eos: str = "", config: GenConfig | None = None):
+        self.backend = backend
+        self.template = template
+        self.chat = chat
+        self.eos = eos
+        self.config = config or GenConfig()
+        self.stats = GenStats()
+        if hasattr(backend, "stats"):
+            backend.stats = self.stats   # the backend counts the prompt tokens it reads
+        self.words = tuple(template.verdicts.split(","))
+        self.format = template   # what scoring.describe() names
+        self.model = getattr(backend, "model", None)   # and its dtype, where it runs here
+
+    def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
+        return [scores for _, scores in self.score_iter(problems, steps)]
+
+    def score_iter(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> Iterator[
+            tuple[int, list[float | None]]]:
+        """``(index, step_scores)`` of each solution as it finishes, in order."""
+        for i, (problem, solution) in enumerate(zip(problems, steps)):
+            start = time.time()
+            if not solution:
+                scores: list[float | None] = []
+            elif self.template.per_step:
+                scores = self._score_per_step(problem, list(solution))
+            else:
+                scores = self._score_whole(problem, list(solution))
+            self.stats.solutions += 1
+            self.stats.seconds += time.time() - start
+            yield i, scores
+
+    def _sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
+                seed: int) -> list[Sample]:
+        samples = self.backend.sample(prompt, n, stop, max_tokens, self.config.temperature, seed)
+        self.stats.tokens_generated += sum(s.n_tokens for s in samples)
+        return samples
+
+    def _count(self, sample: Sample, parsed: bool) -> bool:
+        """Count one verification; whether it scores."""
+        self.stats.samples += 1
+        if sample.finish_reason == "length":
+            self.stats.capped += 1
+            return False
+        if not parsed:
+            self.stats.unparsable += 1
+            return False
+        self.stats.parsed += 1
+        return True
+
+    def _score_whole(self, problem: str, steps: list[str]) -> list[float | None]:
+        """ThinkPRM and plain: K verifications of the whole solution."""
+        prompt = T.whole_prompt(self.template, self.chat, problem, steps)
+        samples = self._sample(prompt, self.config.samples, T.whole_stops(len(steps)),
+                               self.config.max_new_tokens, self.config.verifier_seed)
+        kept: list[tuple[Sample, list[Verdict | None]]] = []
+        for s in samples:
+            verdicts = parse_whole(s.text, len(steps))
+            if self._count(s, verdicts is not None):
+                kept.append((s, verdicts))   # type: ignore[arg-type]
+        if not kept:
+            return [None] * len(steps)
+        ats = [[v.at for v in vs if v is not None] for _, vs in kept]
+        probs = self.backend.verdict_probs(prompt, [s for s, _ in kept], self.words, ats)
+        values = []
+        for (_, verdicts), p in zip(kept, probs):
+            it = iter(p)
+            values.append(step_values(verdicts, [None if v is None else next(it) for v in verdicts]))
+        return combine(values, len(steps))
+
+    def _score_per_step(self, problem: str, steps: list[str]) -> list[float | None]:
+        """GenPRM: K chains, each verifying step k in its own turn after its own earlier
+        verifications."""
+        assert self.chat is not None
+        k_chains = self.config.samples
+        earlier: list[list[str]] = [[] for _ in range(k_chains)]
+        values: list[list[float | None]] = [[] for _ in range(k_chains)]
+        for j in range(len(steps)):
+            prompts = [T.genprm_prompt(self.chat, self.eos, problem, steps, e) for e in earlier]
+            if j == 0:   # one prompt for all chains: sampled together, read once
+                firsts = self._sample(prompts[0], k_chains, [T.GENPRM_ANALYZE_STOP],
+                                      self.config.max_new_tokens, self.config.verifier_seed)
+            else:
+                firsts = [self._sample(p, 1, [T.GENPRM_ANALYZE_STOP], self.config.max_new_tokens,
+                                       self.config.verifier_seed + 7919 * c)[0]
+                          for c, p in enumerate(prompts)]
+            for c, (prompt, first) in enumerate(zip(prompts, firsts)):
+                value, text = self._genprm_verdict(prompt, first, c)
+                values[c].append(value)
+                earlier[c].append(T.GENPRM_ANALYZE.format(k=j + 1) + text)
+        return combine(values, len(steps))
+
+    def _genprm_verdict(self, prompt: str, first: Sample, chain: int) -> tuple[float | None, str]:
+        """One GenPRM step verification's value (after its analysis ``first``), and its text."""
+        if first.finish_reason == "length":
+            self._count(first, False)
+            return None, first.text
+        head = prompt + first.text + T.GENPRM_OUTPUT
+        out = self._sample(head, 1, [T.GENPRM_OUTPUT_STOP], T.GENPRM_OUTPUT_TOKENS,
+                           self.config.verifier_seed + 7919 * chain + 1)[0]
+        verdict = parse_genprm(out.text)
+        text = first.text + T.GENPRM_OUTPUT + out.text
+        if verdict is None:   # the verdict comes first: a cut after it still counts
+            self._count(out, False)
+            return None, text
+        self.stats.samples += 1
+        self.stats.parsed += 1
+        p = self.backend.verdict_probs(head, [out], self.words, [[verdict.at]])[0][0]
+        return (float(verdict.correct) if p is None else p), text
