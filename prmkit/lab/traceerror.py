@@ -17,7 +17,7 @@ voting is the baseline, as Uesato et al.'s previous best. Claims at N = ``--clai
 problem's pick drawn ``--draws`` times from its ``--n`` candidates, paired over the test
 problems (docs/lab-trace-error.md):
 ``trace_error_prm_below_majority`` (majority voting's trace error minus the exact-label PRM's,
-95% interval above 0), ``final_error_similar`` (ORM final error minus the exact-label PRM's,
+95% interval above 0), ``final_error_similar`` (exact-label PRM final error minus the ORM's,
 90% interval within ``--margin`` points of 0) and ``exact_labels_beat_mc`` (exact-label PRM's
 best-of-N accuracy minus the MC-label PRM's, 95% interval above 0). The ORM's and the MC-label
 PRM's trace errors minus the exact-label PRM's are reported as contrasts.

@@ -94,15 +94,13 @@ def figures(config: Any, test: Sequence[Record], scores: dict[str, dict[str, dic
 
 
 ROWS = {
-    "trace_error_prm_below_majority": "claim: majority voting's trace error above the "
-                                      "exact-label PRM's?",
-    "final_error_similar": "claim: final errors of the ORM and the exact-label PRM within "
-                           "{margin:g} points (90% CI)?",
-    "exact_labels_beat_mc": "claim: exact-label PRM's best-of-{n} accuracy above the "
-                            "MC-label PRM's?",
-    "trace_error_orm_minus_prm": "  contrast: ORM trace error minus the exact-label PRM's",
-    "trace_error_mc_minus_prm": "  contrast: MC-label PRM trace error minus the exact-label "
-                                "PRM's",
+    "trace_error_prm_below_majority": "majority voting's trace error above the exact-label "
+                                      "PRM's?",
+    "final_error_similar": "final errors of the ORM and the exact-label PRM within {margin:g} "
+                           "points (90% CI)?",
+    "exact_labels_beat_mc": "exact-label PRM's best-of-{n} accuracy above the MC-label PRM's?",
+    "trace_error_orm_minus_prm": "ORM trace error minus the exact-label PRM's",
+    "trace_error_mc_minus_prm": "MC-label PRM trace error minus the exact-label PRM's",
 }
 
 
@@ -120,10 +118,11 @@ def summary_rows(config: Any, doc: dict[str, Any]) -> list[tuple[str, str]]:
                          f"{f['trace_error_ci95'][1]:.1f}]"))
     for setting in (CLAIM_SETTING,) + tuple(s for s in SETTINGS if s != CLAIM_SETTING):
         c = doc["settings"][setting]["claims"]
-        tag = "" if setting == CLAIM_SETTING else f"{setting}, not a claim: "
         for k, text in ROWS.items():
+            kind = ("claim" if k in CLAIMS else "contrast") if setting == CLAIM_SETTING \
+                else "reported"
             level = "90%" if k == "final_error_similar" else "95%"
-            rows.append((f"{tag}{text.format(margin=config.margin, n=n)} ({setting})",
+            rows.append((f"{kind} ({setting}): {text.format(margin=config.margin, n=n)}",
                          stats.verdict(c[k], level=level)))
     return rows
 
