@@ -137,6 +137,7 @@ def ratio_difference(a: PerProblem, b: PerProblem, bootstrap: int = 10000,
     if total[1] > 0 and total[3] > 0 and (total[0] == 0 or total[2] == 0):
         ci = newcombe(PerProblem({k: a.right[k] for k in common}, {k: a.flawed[k] for k in common}),
                       PerProblem({k: b.right[k] for k in common}, {k: b.flawed[k] for k in common}))
+    ci = list(stats.cover(point, *ci))     # a ratio's percentile interval can miss its point
     return Claim(holds=bool(ci[0] > 0), difference=point, ci95=ci, problems=len(common))
 
 
