@@ -84,6 +84,18 @@ def test_the_random_wrong_arm_takes_as_many_wrong_answers_and_uniform_any():
     assert len(u) == 6 and u == uniform(recs, 3, 0) and ids(u) != ids(uniform(recs, 3, 1))
 
 
+def test_budgets_where_the_active_share_rounds_to_all_are_dropped_by_rule():
+    from prmkit.errors import PrmkitError
+    from prmkit.lab.activelearning import ActiveLearningConfig
+
+    # round(0.8 * 1) = 1 and round(0.8 * 2) = 2: the active arm would label wrong answers only
+    c = ActiveLearningConfig(budgets="1,2,4,8,16")
+    assert c.budget_list == [4, 8, 16] and c.dropped_budgets == [1, 2]
+    assert ActiveLearningConfig().budget_list == [4, 8, 16]      # the protocol: none dropped
+    with pytest.raises(PrmkitError, match="dropped"):
+        ActiveLearningConfig(budgets="1,2,4")
+
+
 @pytest.fixture
 def base(tmp_path):
     import tiny
@@ -99,17 +111,18 @@ def test_active_learning_runs_and_writes_its_claim(base, tmp_path, capsys):
 
     out = tmp_path / "al"
     argv = ["lab", "active-learning", "--base", base, "--output", str(out), "--train-problems",
-            "4", "--pool-n", "4", "--test-problems", "3", "--test-n", "4", "--budgets", "1,2",
+            "4", "--pool-n", "4", "--test-problems", "3", "--test-n", "4", "--budgets", "1,3,4",
             "--seeds", "2", "--epochs", "1"]
     assert main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     c = summary["claims"]["active_learning_efficiency"]
     assert isinstance(c["holds"], bool) and c["ci95"][0] <= c["difference"] <= c["ci95"][1]
     # each arm's curve is the mean of its PRMs' per-problem accuracies
-    runs = [json.loads((out / f"prm_uniform_1_{s}.json").read_text()) for s in (0, 1)]
+    assert summary["dropped_budgets"] == [1] and not list(out.glob("prm_*_1_*.json"))
+    runs = [json.loads((out / f"prm_uniform_3_{s}.json").read_text()) for s in (0, 1)]
     mean = 100 * np.mean([v for r in runs for v in r["accuracy"].values()])
     assert summary["curves"]["uniform"][0]["accuracy"] == pytest.approx(mean, abs=1e-3)
-    assert all(r["labels"] == 4 for r in runs)            # one per training problem
+    assert all(r["labels"] == 12 for r in runs)           # three per training problem
     capsys.readouterr()
     assert main(argv) == 0 and "resuming" in capsys.readouterr().out
     assert "<img" in (out / "report.html").read_text()

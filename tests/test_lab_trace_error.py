@@ -12,7 +12,9 @@ import pytest
 from prmkit.lab import LabConfig, gold_labels, load_lab_policy, make_problems
 from prmkit.lab.demo import candidates_of
 from prmkit.lab.policy import slipped_from
-from prmkit.lab.tracestats import PerProblem, equivalent, picks, ratio_difference, subsets
+from prmkit.lab import stats
+from prmkit.lab.tracestats import (PerProblem, equivalent, majority_picks, picks,
+                                  ratio_difference, subsets)
 from prmkit.lab.world import has_wrong_step, load_problem, reference_steps, trace_error
 from prmkit.records import Record
 
@@ -117,16 +119,36 @@ def test_the_ratio_difference_on_a_hand_worked_example():
     recs, first, second, flawed, _, full = hand_example()
     a = picks(recs, lambda r: first[r.id], flawed, full)
     b = picks(recs, lambda r: second[r.id], flawed, full)
-    c = ratio_difference(a, b)
+    cols = np.array([[a.flawed[k], a.right[k], b.flawed[k], b.right[k]] for k in "AB"])
+    point, ci, left_out = stats.ratio_difference(cols)
     # resamples AA: 100 - 0; AB, BA: 50 - 0; BB: b has no right pick, left out
-    assert c.difference == 50.0 and c.ci95 == [50.0, 100.0] and c.holds and c.problems == 2
+    assert point == 50.0 and ci == [50.0, 100.0] and 2000 < left_out < 3000
+    # b has no flawed pick at all: Newcombe's interval from Wilson's, by hand: a 1 of 2,
+    # Wilson [0.0945, 0.9055]; b 0 of 1, Wilson [0, 0.7934]; 50 - sqrt(40.55^2 + 79.34^2) and
+    # 50 + sqrt(40.55^2 + 0^2)
+    c = ratio_difference(a, b)
+    assert c.difference == 50.0 and c.ci95 == pytest.approx([-39.1, 90.55], abs=0.02)
+    assert not c.holds and c.problems == 2
     assert not ratio_difference(b, a).holds
+
+
+def test_majority_picks_the_first_met_of_the_most_common_answer():
+    recs = [Record(id=f"A{i}", problem="p", steps=[f"The answer is {x}."], labels=[y],
+                   group="A", answer=str(x), is_correct=x == 1)
+            for i, (x, y) in enumerate([(2, 0), (1, 0), (1, 1), (2, 1)])]
+    flawed = lambda r: 0 in r.labels
+    draws = {"A": np.array([[0, 1, 2], [1, 0, 3], [3, 2, 0], [2, 1, 3]])}
+    m = majority_picks(recs, flawed, draws)
+    # picks: A1 (1 twice), A0 (2 twice: A0 met first), A3 (2 twice), A2 (1 twice)
+    assert m.right == {"A": 0.5} and m.flawed == {"A": 0.25}
+    assert m.trace_error() == 50.0
 
 
 def test_equivalence_holds_only_when_the_whole_interval_is_within_the_margin():
     a, b = {"A": 1.0, "B": 0.5}, {"A": 1.0, "B": 1.0}
-    c = equivalent(a, b, margin=5.0)
+    c = equivalent(a, b, margin=5.0, level=0.95)
     assert c.difference == -25.0 and c.ci95 == [-50.0, 0.0] and not c.holds
+    assert equivalent(a, b, margin=5.0).ci95 == [-50.0, 0.0]     # 90%: the same two means
     assert equivalent(a, b, margin=60.0).holds
     same = PerProblem({"A": 1.0}, {"A": 0.0})
     assert equivalent(same.right, same.right, margin=1.0).holds
@@ -179,8 +201,10 @@ def test_trace_error_runs_resumes_after_a_kill_and_writes_its_claims(base, tmp_p
         assert (out / name).stat().st_mtime_ns == mtime
     summary = json.loads((out / "summary.json").read_text())
     claims = summary["claims"]
-    assert set(claims) == {"trace_error_prm_below_orm", "final_error_similar",
-                           "trace_error_mc_prm"}
+    assert set(claims) == {"trace_error_prm_below_majority", "final_error_similar",
+                           "exact_labels_beat_mc"}
+    assert set(summary["contrasts"]) == {"trace_error_orm_minus_prm", "trace_error_mc_minus_prm"}
+    assert summary["claim_setting"] == "no-calculator" and summary["claim_n"] == 4
     for c in claims.values():
         assert isinstance(c["holds"], bool) and c["ci95"][0] <= c["difference"] <= c["ci95"][1]
     # the figures are the scores' own: the ORM's best-of-4 pick on each problem, by hand

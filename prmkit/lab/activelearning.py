@@ -31,7 +31,7 @@ from prmkit.lab.activestats import ARMS
 from prmkit.lab.stages import Printer, prepare, stage, stage_json
 from prmkit.records import Record
 
-STAGES_VERSION = 1
+STAGES_VERSION = 2
 
 
 @dataclass
@@ -40,9 +40,9 @@ class ActiveLearningConfig:
 
     output: str = field(default="active_learning_out", metadata={"help": "folder for every file it writes"})
     seed: int = field(default=0, metadata={"help": "seed of the problems and the sampling"})
-    train_problems: int = field(default=100, metadata={"help": "lab problems whose samples are labelled"})
-    pool_n: int = field(default=16, metadata={"help": "samples per training problem to choose from"})
-    test_problems: int = field(default=200, metadata={"help": "lab problems for best-of-N"})
+    train_problems: int = field(default=50, metadata={"help": "lab problems whose samples are labelled"})
+    pool_n: int = field(default=64, metadata={"help": "samples per training problem to choose from"})
+    test_problems: int = field(default=150, metadata={"help": "lab problems for best-of-N"})
     test_n: int = field(default=16, metadata={"help": "candidates per test problem (best-of-N's N)"})
     min_steps: int = field(default=2, metadata={"help": "fewest operations per problem"})
     max_steps: int = field(default=5, metadata={"help": "most operations per problem"})
@@ -50,8 +50,10 @@ class ActiveLearningConfig:
         "help": "the lab policy's chance of a wrong add/sub calculation (mul/div: twice it)"})
     confuse: float = field(default=0.3, metadata={
         "help": "the lab policy's largest chance of confusing a problem's trap operation"})
-    budgets: str = field(default="1,2,4,8", metadata={
-        "help": "labelled solutions per training problem, comma-separated (the curve's points)"})
+    budgets: str = field(default="4,8,16", metadata={
+        "help": "labelled solutions per training problem, comma-separated (the curve's points); "
+                "a budget k where round(active_share * k) == k is dropped (the active arm would "
+                "label wrong answers only)"})
     seeds: int = field(default=3, metadata={"help": "seeds per arm and budget"})
     selector_labels: int = field(default=1, metadata={
         "help": "uniformly chosen labelled solutions per training problem the selector PRM "
@@ -75,7 +77,8 @@ class ActiveLearningConfig:
                               f"commas, such as 1,2,4,8") from None
         if len(ks) < 2 or min(ks) < 1 or max(ks) > self.pool_n or len(set(ks)) < len(ks):
             raise PrmkitError(f"--budgets {self.budgets!r}: two or more different budgets, each "
-                              f"between 1 and --pool-n ({self.pool_n})")
+                              f"between 1 and --pool-n ({self.pool_n}), once the budgets where "
+                              f"round(--active-share * k) == k are dropped")
         if min(self.train_problems, self.test_problems, self.test_n, self.seeds, self.epochs,
                self.selector_labels) < 1 or self.selector_labels > self.pool_n:
             raise PrmkitError("--train-problems, --test-problems, --test-n, --seeds, --epochs and "
@@ -86,6 +89,16 @@ class ActiveLearningConfig:
 
     @property
     def budget_list(self) -> list[int]:
+        """The budgets measured: those where the active arm's share leaves a mixture."""
+        return [k for k in self.all_budgets if round(self.active_share * k) != k]
+
+    @property
+    def dropped_budgets(self) -> list[int]:
+        """The budgets dropped by rule: round(active_share * k) == k."""
+        return [k for k in self.all_budgets if round(self.active_share * k) == k]
+
+    @property
+    def all_budgets(self) -> list[int]:
         return sorted(int(x) for x in self.budgets.split(","))
 
     @property

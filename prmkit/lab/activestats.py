@@ -10,12 +10,13 @@ interval is above 1 and at most 2.5% of the resamples have no ratio (docs/lab-ac
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict
 from typing import Any, Sequence
 
 import numpy as np
+
+from prmkit.lab import stats
 
 ARMS = ("uniform", "active", "random-wrong")
 PAPER_RATIO = 2.6
@@ -59,8 +60,7 @@ def efficiency(curves: dict[str, dict[int, np.ndarray]], a: str, b: str, budgets
     ratios = [shared_slope_ratio(xs, qa[i], qb[i]) for i in range(bootstrap)]
     defined = np.array([r for r in ratios if r is not None])
     undefined = bootstrap - len(defined)
-    lo = round(float(np.percentile(defined, 2.5)), 3) if len(defined) else 0.0
-    hi = round(float(np.percentile(defined, 97.5)), 3) if len(defined) else 0.0
+    lo, hi = stats.percentile_interval(defined)
     diff = round(point, 3) if point is not None else 0.0
     holds = point is not None and undefined <= 0.025 * bootstrap and lo > 1.0
     return {"holds": bool(holds), "difference": diff, "ci95": [min(lo, diff), max(hi, diff)],
@@ -93,8 +93,7 @@ def figures(config: Any, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
             q = resampled_quality(curves[arm][k], pidx, sidx)
             auc = [a for a in aucs[arm][k] if a is not None]
             table[arm].append({"labels": k, "accuracy": round(100 * float(curves[arm][k].mean()), 3),
-                               "ci95": [round(float(np.percentile(q, 2.5)), 3),
-                                        round(float(np.percentile(q, 97.5)), 3)],
+                               "ci95": stats.percentile_interval(q),
                                "step_auc": round(float(np.mean(auc)), 4) if auc else None})
     ratios = {f"{a}/{b}": efficiency(curves, a, b, budgets, config.seed)
               for a, b in (("active", "uniform"), ("random-wrong", "uniform"),
@@ -108,7 +107,9 @@ def summary_rows(config: Any, doc: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [("sizes", f"{config.train_problems} training problems x {config.pool_n} pool "
                       f"samples, {config.test_problems} x {config.test_n} test candidates, "
                       f"{config.seeds} seeds, policy {config.policy}, calculator "
-                      f"{'on' if config.calculator else 'off'}")]
+                      f"{'on' if config.calculator else 'off'}; budgets dropped by rule "
+                      f"(round({config.active_share:g} k) = k): "
+                      f"{', '.join(map(str, config.dropped_budgets)) or 'none'}")]
     for arm, points in doc["curves"].items():
         rows.append((f"{arm}: best-of-{config.test_n} accuracy at " + "/".join(
             str(p["labels"]) for p in points) + " labels per problem",
@@ -138,16 +139,12 @@ def finish(config: Any, doc: dict[str, Any], out: str, say: Any, seconds: float)
     report = os.path.join(out, "report.html")
     write_report(report, config, doc, rows)
     say.stage(2 + config.seeds, f"report: {report}")
-    print(f"\nprmkit lab active-learning summary (seed {config.seed}; measured in this run, "
-          f"{seconds:.0f} s on {os.cpu_count()} cores)")
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"  {k.ljust(width)}  {v}")
-    tmp = os.path.join(out, "summary.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"config": asdict(config), "claims": doc["claims"], "summary": dict(rows),
-                   "curves": doc["curves"], "ratios": doc["ratios"]}, f, indent=2)
-    os.replace(tmp, os.path.join(out, "summary.json"))
+    stats.print_rows(f"prmkit lab active-learning summary (seed {config.seed}; measured in "
+                     f"this run, {seconds:.0f} s on {os.cpu_count()} cores)", rows)
+    stats.write_summary(out, {"config": asdict(config), "claims": doc["claims"],
+                              "summary": dict(rows), "curves": doc["curves"],
+                              "ratios": doc["ratios"],
+                              "dropped_budgets": config.dropped_budgets})
     print(f"report written to {report}", flush=True)
 
 

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from prmkit.evaluate.paired import (Claim, difference_of_differences, paired_difference,
                                     per_problem_accuracy)
+from prmkit.lab.stats import verdict
 from prmkit.records import Record
 
 CLAIMS = ("prm_beats_majority", "prm_beats_orm", "gap_grows_with_n", "beam_matches_4x_best_of_n")
@@ -44,9 +45,7 @@ def beam_claim(beam_correct: Mapping[str, float], best_of_4b: Mapping[str, float
 
 def verdict_line(claim: Claim, what: str) -> tuple[str, str]:
     """A summary row: YES or NO, the difference and its interval."""
-    word = "YES" if claim.holds else "NO"
-    return (what, f"{word}: {claim.difference:+.1f} points, 95% CI [{claim.ci95[0]:+.1f}, "
-                  f"{claim.ci95[1]:+.1f}] over {claim.problems} problems")
+    return what, verdict(claim.to_dict())
 
 
 def claims_json(claims: Mapping[str, Claim]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from prmkit.errors import PrmkitError
+from prmkit.lab.stats import percentile_interval
 
 
 def bon_curve(scores: Sequence[float], correct: Sequence[float]) -> np.ndarray:
@@ -163,5 +164,4 @@ def bootstrap(data: Data, binning: str, charge_probe: bool, resamples: int, seed
 
 def interval(values: Sequence[float]) -> list[float]:
     """The 2.5th and 97.5th percentiles, rounded as the verdicts read them."""
-    v = np.asarray(values, dtype=float)
-    return [round(float(np.percentile(v, 2.5)), 4), round(float(np.percentile(v, 97.5)), 4)]
+    return percentile_interval(np.asarray(values, dtype=float), digits=4)

@@ -10,13 +10,13 @@ over the budgets, interval above 0). The oracle bins are reported beside them, n
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict
 from typing import Any, Mapping
 
 import numpy as np
 
+from prmkit.lab.stats import write_summary
 from prmkit.lab.costats import Budget, Data, bon_curve, bootstrap, figures, interval
 
 PAPER_EFFICIENCY = 4.0
@@ -149,10 +149,7 @@ def finish(config: Any, pids: list[str], oracle: Mapping[str, Any], probe: Mappi
         "difficulty": {k: {kk: vv for kk, vv in v.items() if kk != "boots"}
                        for k, v in results.items()},
     }
-    tmp = os.path.join(out, "summary.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=1)
-    os.replace(tmp, os.path.join(out, "summary.json"))
+    write_summary(out, summary, indent=1)
     from prmkit.lab.coreport import write_report
 
     write_report(os.path.join(out, "report.html"), summary)

@@ -10,12 +10,13 @@ docs/lab-rl.md.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Any, Sequence
 
 import numpy as np
+
+from prmkit.lab.stats import cover, percentile_interval, write_summary
 
 RATIO_CAP = 100.0
 FLAG_SHARE = 0.5
@@ -51,15 +52,9 @@ def ratio_claim(base: np.ndarray, arm: np.ndarray, per_update: float, bootstrap:
     draws = [sample_ratio(base[idx], arm[idx], per_update)[0]
              for idx in rng.integers(0, n, size=(bootstrap, n))]
     ratio = round(ratio, 3)
-    lo, hi = cover(ratio, *(round(float(np.percentile(draws, q)), 3) for q in (2.5, 97.5)))
+    lo, hi = cover(ratio, *percentile_interval(draws))
     return {"holds": bool(lo > 1.0), "difference": ratio, "ratio": ratio,
             "ci95": [lo, hi], "target_accuracy": round(100 * target, 2), "seeds": n}
-
-
-def cover(x: float, lo: float, hi: float) -> tuple[float, float]:
-    """A percentile interval widened, where it must be, to hold its own point estimate (a
-    ratio's can miss it); never narrowed."""
-    return min(lo, x), max(hi, x)
 
 
 def mean_ci(values: Sequence[float], bootstrap: int, seed: int) -> tuple[float, list[float]]:
@@ -68,7 +63,7 @@ def mean_ci(values: Sequence[float], bootstrap: int, seed: int) -> tuple[float, 
     rng = np.random.default_rng(seed)
     means = v[rng.integers(0, len(v), size=(bootstrap, len(v)))].mean(axis=1)
     mean = round(float(v.mean()), 3)
-    return mean, list(cover(mean, *(round(float(np.percentile(means, q)), 3) for q in (2.5, 97.5))))
+    return mean, list(cover(mean, *percentile_interval(means)))
 
 
 def window_change(log: Sequence[dict[str, Any]], key: str, window: int) -> float:
@@ -153,8 +148,5 @@ def write(out: str, result: dict[str, Any], runs: dict[str, list[dict[str, Any]]
     """summary.json and report.html in ``out``."""
     from prmkit.lab import rlreport
 
-    tmp = os.path.join(out, "summary.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, os.path.join(out, "summary.json"))
+    write_summary(out, result)
     rlreport.write_report(os.path.join(out, "report.html"), result, runs)

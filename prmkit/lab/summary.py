@@ -5,13 +5,13 @@ Every figure comes from the run's own files; each claim is written to ``summary.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from prmkit.lab import claims as lab_claims
+from prmkit.lab.stats import print_rows, write_summary
 from prmkit.records import Record
 
 PRM_METHODS = ("prm-prod", "prm-min", "prm-last")
@@ -90,18 +90,12 @@ def finish(res: Results, out: str, say: Any, seconds: float) -> None:
     report = os.path.join(out, "report.html")
     write_report(report, res, rows)
     say.stage(6, f"report: {report}")
-    print(f"\nprmkit demo summary (lab world, seed {res.config.seed}; measured in this run, "
-          f"{seconds:.0f} s on {os.cpu_count()} cores)")
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"  {k.ljust(width)}  {v}")
+    print_rows(f"prmkit demo summary (lab world, seed {res.config.seed}; measured in this run, "
+               f"{seconds:.0f} s on {os.cpu_count()} cores)", rows)
     doc = {"config": asdict(res.config), "prm_step_auc": auc[0], "orm_step_auc": auc[2],
            "claims": lab_claims.claims_json(claims), "summary": dict(rows),
            "bestofn": res.bon.curve, "search": res.search, "implicit": res.implicit}
-    tmp = os.path.join(out, "summary.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
-    os.replace(tmp, os.path.join(out, "summary.json"))
+    write_summary(out, doc)
     print(f"report written to {report}")
     sys.stdout.flush()
 

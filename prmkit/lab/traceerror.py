@@ -11,11 +11,16 @@ states with the same budget, differ only in their labels:
 * ``prm-mc``: Monte Carlo step labels (Math-Shepherd, hard, K rollouts per step);
 * ``prm-exact``: the exact step labels.
 
-Each runs with the calculator's notes and without; the claims are read on the calculator
-setting. Claims at N = ``--n``, paired over test problems with 95% bootstrap intervals:
-``trace_error_prm_below_orm`` (ORM trace error minus exact-label PRM's, above 0),
-``final_error_similar`` (exact-label PRM final error minus ORM's, within ``--margin`` points of
-0) and ``trace_error_mc_prm`` (MC-label PRM trace error minus exact-label PRM's, above 0).
+Each runs with the calculator's notes and without; the claims are read without them (with the
+notes every slip is written in the text), the calculator setting reported beside. Majority
+voting is the baseline, as Uesato et al.'s previous best. Claims at N = ``--claim-n``, each
+problem's pick drawn ``--draws`` times from its ``--n`` candidates, paired over the test
+problems (docs/lab-trace-error.md):
+``trace_error_prm_below_majority`` (majority voting's trace error minus the exact-label PRM's,
+95% interval above 0), ``final_error_similar`` (exact-label PRM final error minus the ORM's,
+90% interval within ``--margin`` points of 0) and ``exact_labels_beat_mc`` (exact-label PRM's
+best-of-N accuracy minus the MC-label PRM's, 95% interval above 0). The ORM's and the MC-label
+PRM's trace errors minus the exact-label PRM's are reported as contrasts.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from prmkit.lab import tracereport
 from prmkit.lab.stages import Printer, prepare, stage, stage_json
 from prmkit.lab.tracereport import SETTINGS, VERIFIERS
 
-STAGES_VERSION = 1
+STAGES_VERSION = 2
 SELECT = ("prm-prod", "prm-min", "prm-last")
 
 
@@ -42,8 +47,11 @@ class TraceErrorConfig:
     seed: int = field(default=0, metadata={"help": "seed of the problems, sampling and training"})
     train_problems: int = field(default=100, metadata={"help": "lab problems to train on"})
     train_n: int = field(default=4, metadata={"help": "candidates per training problem"})
-    test_problems: int = field(default=80, metadata={"help": "lab problems for best-of-N"})
+    test_problems: int = field(default=200, metadata={"help": "lab problems for best-of-N"})
     n: int = field(default=8, metadata={"help": "candidates per test problem (the largest N)"})
+    claim_n: int = field(default=4, metadata={
+        "help": "N at which the claims are read, each problem's pick drawn --draws times from "
+                "its --n candidates"})
     min_steps: int = field(default=2, metadata={"help": "fewest operations per problem"})
     max_steps: int = field(default=5, metadata={"help": "most operations per problem"})
     slip: float = field(default=0.1, metadata={
@@ -64,17 +72,19 @@ class TraceErrorConfig:
         "help": "how the PRMs pick a candidate (prm-prod, prm-min, prm-last), fixed before the "
                 "run; the ORM picks by its last step's score"})
     margin: float = field(default=5.0, metadata={
-        "help": "final_error_similar holds when the 95%% interval of the final-error "
+        "help": "final_error_similar holds when the 90%% interval of the final-error "
                 "difference lies within this many points of 0"})
     draws: int = field(default=200, metadata={"help": "random draws of N candidates per problem"})
 
     def __post_init__(self) -> None:
         if self.select not in SELECT:
             raise PrmkitError(f"--select {self.select!r} is not one of {', '.join(SELECT)}")
-        if min(self.train_problems, self.train_n, self.test_problems, self.n, self.rollouts,
-               self.epochs, self.draws) < 1:
-            raise PrmkitError("--train-problems, --train-n, --test-problems, --n, --rollouts, "
-                              "--epochs and --draws must be at least 1")
+        if min(self.train_problems, self.train_n, self.test_problems, self.n, self.claim_n,
+               self.rollouts, self.epochs, self.draws) < 1:
+            raise PrmkitError("--train-problems, --train-n, --test-problems, --n, --claim-n, "
+                              "--rollouts, --epochs and --draws must be at least 1")
+        if self.claim_n > self.n:
+            raise PrmkitError(f"--claim-n {self.claim_n} is more than --n {self.n}")
         if self.margin <= 0:
             raise PrmkitError(f"--margin must be positive, got {self.margin}")
 

@@ -3,18 +3,21 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict
 from typing import Any, Sequence
 
-from prmkit.evaluate.paired import Claim, paired_difference
-from prmkit.lab import tracestats
+from prmkit.lab import stats, tracestats
+from prmkit.lab.stats import Claim, paired_difference
 from prmkit.records import Record
 
-CLAIMS = ("trace_error_prm_below_orm", "final_error_similar", "trace_error_mc_prm")
+CLAIMS = ("trace_error_prm_below_majority", "final_error_similar", "exact_labels_beat_mc")
+CONTRASTS = ("trace_error_orm_minus_prm", "trace_error_mc_minus_prm")
 VERIFIERS = ("orm", "prm-mc", "prm-exact")
+PICKERS = ("majority",) + VERIFIERS
 SETTINGS = ("calculator", "no-calculator")
+CLAIM_SETTING = "no-calculator"
+EQUIVALENCE_LEVEL = 0.90
 
 
 def scorer(verifier: str, scores: dict[str, list], select: str) -> Any:
@@ -31,67 +34,81 @@ def flawed(r: Record) -> bool:
 
 
 def interval_of(per: tracestats.PerProblem, seed: int) -> dict[str, Any]:
-    """A verifier's final error and trace error (percent), each with its bootstrap interval
-    over problems."""
-    zero = tracestats.PerProblem({k: 1.0 for k in per.right}, {k: 0.0 for k in per.right})
-    te = tracestats.ratio_difference(per, zero, seed=seed)
+    """A picker's final error (percent, bootstrap interval over problems) and trace error
+    (percent, Wilson interval: :func:`tracestats.trace_interval`)."""
     err = paired_difference({k: 1.0 - v for k, v in per.right.items()},
                             {k: 0.0 for k in per.right}, seed=seed)
     return {"final_error": err.difference, "final_error_ci95": err.ci95,
-            "trace_error": per.trace_error(), "trace_error_ci95": te.ci95,
+            "trace_error": per.trace_error(), "trace_error_ci95": tracestats.trace_interval(per),
             "problems": len(per.right)}
 
 
 def claims_of(per: dict[str, tracestats.PerProblem], margin: float, seed: int) -> dict[str, Claim]:
-    mc = tracestats.ratio_difference(per["prm-mc"], per["prm-exact"], seed=seed)
+    """The three claims, and the two contrasts reported beside them, on one setting's picks."""
     return {
-        "trace_error_prm_below_orm": tracestats.ratio_difference(per["orm"], per["prm-exact"],
-                                                                 seed=seed),
+        "trace_error_prm_below_majority": tracestats.ratio_difference(
+            per["majority"], per["prm-exact"], seed=seed),
         "final_error_similar": tracestats.equivalent(per["orm"].right, per["prm-exact"].right,
-                                                     margin, seed=seed),
-        "trace_error_mc_prm": mc,
+                                                     margin, EQUIVALENCE_LEVEL, seed=seed),
+        "exact_labels_beat_mc": stats.paired(per["prm-exact"].right, per["prm-mc"].right,
+                                             seed=seed),
+        "trace_error_orm_minus_prm": tracestats.ratio_difference(per["orm"], per["prm-exact"],
+                                                                 seed=seed),
+        "trace_error_mc_minus_prm": tracestats.ratio_difference(per["prm-mc"], per["prm-exact"],
+                                                                seed=seed),
     }
 
 
+def picks_at(config: Any, test: Sequence[Record], by_verifier: dict[str, dict], groups:
+             dict[str, int], n: int) -> dict[str, tracestats.PerProblem]:
+    """Every picker's picks at N = ``n``, on the same draws."""
+    draws = tracestats.subsets(groups, n, config.draws, config.seed)
+    per = {v: tracestats.picks(test, scorer(v, by_verifier[v], config.select), flawed, draws)
+           for v in VERIFIERS}
+    per["majority"] = tracestats.majority_picks(test, flawed, draws)
+    return per
+
+
 def figures(config: Any, test: Sequence[Record], scores: dict[str, dict[str, dict]]) -> dict:
-    """Every setting's curves (final and trace error against N), its figures at N = ``--n``
-    with intervals, and its claims; the claims of the calculator setting are the run's."""
+    """Every setting's curves (final and trace error against N), its figures at N =
+    ``--claim-n`` with intervals, and its claims; the no-calculator setting's are the run's."""
     groups: dict[str, int] = {}
     for r in test:
         groups[r.group or r.id] = groups.get(r.group or r.id, 0) + 1
-    ns = sorted({1, 2, 4, config.n} | {k for k in (8, 16, 32) if k <= config.n})
-    doc: dict[str, Any] = {"n": ns, "settings": {}}
+    ns = sorted({1, 2, 4, config.claim_n, config.n} | {k for k in (8, 16, 32) if k <= config.n})
+    doc: dict[str, Any] = {"n": ns, "claim_n": config.claim_n, "settings": {}}
     for setting, by_verifier in scores.items():
-        curve: dict[str, list] = {v: [] for v in VERIFIERS}
+        curve: dict[str, list] = {v: [] for v in PICKERS}
         for n in ns:
-            draws = tracestats.subsets(groups, n, config.draws, config.seed)
-            per = {v: tracestats.picks(test, scorer(v, by_verifier[v], config.select), flawed,
-                                       draws) for v in VERIFIERS}
-            for v in VERIFIERS:
+            per = picks_at(config, test, by_verifier, groups, n)
+            for v in PICKERS:
                 curve[v].append({"n": n, "final_error": round(per[v].final_error(), 3),
                                  "trace_error": per[v].trace_error()})
-        claims = claims_of(per, config.margin, config.seed)
-        against = tracestats.ratio_difference(per["prm-mc"], per["orm"], seed=config.seed)
+        per = picks_at(config, test, by_verifier, groups, config.claim_n)
         doc["settings"][setting] = {
-            "at_n": {v: interval_of(per[v], config.seed) for v in VERIFIERS},
-            "curve": curve,
-            "claims": {k: {**c.to_dict(), **({"against_orm": against.to_dict()}
-                                              if k == "trace_error_mc_prm" else {})}
-                       for k, c in claims.items()}}
-    doc["claims"] = doc["settings"]["calculator"]["claims"]
+            "at_n": {v: interval_of(per[v], config.seed) for v in PICKERS}, "curve": curve,
+            "claims": {k: c.to_dict() for k, c in claims_of(per, config.margin,
+                                                            config.seed).items()}}
+    doc["claims"] = doc["settings"][CLAIM_SETTING]["claims"]
     return doc
 
 
-def verdict(c: dict[str, Any]) -> str:
-    return (f"{'YES' if c['holds'] else 'NO'}: {c['difference']:+.1f} points, 95% CI "
-            f"[{c['ci95'][0]:+.1f}, {c['ci95'][1]:+.1f}] over {c['problems']} problems")
+ROWS = {
+    "trace_error_prm_below_majority": "majority voting's trace error above the exact-label "
+                                      "PRM's?",
+    "final_error_similar": "final errors of the ORM and the exact-label PRM within {margin:g} "
+                           "points (90% CI)?",
+    "exact_labels_beat_mc": "exact-label PRM's best-of-{n} accuracy above the MC-label PRM's?",
+    "trace_error_orm_minus_prm": "ORM trace error minus the exact-label PRM's",
+    "trace_error_mc_minus_prm": "MC-label PRM trace error minus the exact-label PRM's",
+}
 
 
 def summary_rows(config: Any, doc: dict[str, Any]) -> list[tuple[str, str]]:
-    n = doc["n"][-1]
+    n = doc["claim_n"]
     rows = [("sizes", f"{config.train_problems} x {config.train_n} training candidates, "
-                      f"{config.test_problems} x {config.n} test candidates, seed {config.seed}, "
-                      f"policy {config.policy}")]
+                      f"{config.test_problems} x {config.n} test candidates, claims at N = {n} "
+                      f"({config.draws} draws), seed {config.seed}, policy {config.policy}")]
     for setting, s in doc["settings"].items():
         for v, f in s["at_n"].items():
             te = "-" if f["trace_error"] is None else f"{f['trace_error']:.1f}%"
@@ -99,20 +116,14 @@ def summary_rows(config: Any, doc: dict[str, Any]) -> list[tuple[str, str]]:
                          f"{f['final_error']:.1f}% [{f['final_error_ci95'][0]:.1f}, "
                          f"{f['final_error_ci95'][1]:.1f}] / {te} [{f['trace_error_ci95'][0]:.1f}, "
                          f"{f['trace_error_ci95'][1]:.1f}]"))
-    c = doc["claims"]
-    rows += [
-        ("claim (calculator): exact-label PRM trace error below the ORM's?",
-         verdict(c["trace_error_prm_below_orm"])),
-        (f"claim (calculator): final errors of the ORM and the exact-label PRM within "
-         f"{config.margin:g} points?", verdict(c["final_error_similar"])),
-        ("claim (calculator): MC-label PRM trace error above the exact-label PRM's?",
-         verdict(c["trace_error_mc_prm"])),
-        ("  MC-label PRM trace error minus the ORM's (calculator)",
-         verdict(c["trace_error_mc_prm"]["against_orm"]).split(": ", 1)[1]),
-    ]
-    other = doc["settings"]["no-calculator"]["claims"]
-    rows += [(f"the same, without the calculator (not claims): {k}", verdict(v))
-             for k, v in other.items()]
+    for setting in (CLAIM_SETTING,) + tuple(s for s in SETTINGS if s != CLAIM_SETTING):
+        c = doc["settings"][setting]["claims"]
+        for k, text in ROWS.items():
+            kind = ("claim" if k in CLAIMS else "contrast") if setting == CLAIM_SETTING \
+                else "reported"
+            level = "90%" if k == "final_error_similar" else "95%"
+            rows.append((f"{kind} ({setting}): {text.format(margin=config.margin, n=n)}",
+                         stats.verdict(c[k], level=level)))
     return rows
 
 
@@ -122,17 +133,14 @@ def finish(config: Any, doc: dict[str, Any], out: str, say: Any, seconds: float)
     report = os.path.join(out, "report.html")
     write_report(report, config, doc, rows)
     say.stage(5, f"report: {report}")
-    print(f"\nprmkit lab trace-error summary (seed {config.seed}; measured in this run, "
-          f"{seconds:.0f} s on {os.cpu_count()} cores)")
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"  {k.ljust(width)}  {v}")
-    out_doc = {"config": asdict(config), "claims": {k: doc["claims"][k] for k in CLAIMS},
-               "summary": dict(rows), "n": doc["n"], "settings": doc["settings"]}
-    tmp = os.path.join(out, "summary.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(out_doc, f, indent=2)
-    os.replace(tmp, os.path.join(out, "summary.json"))
+    stats.print_rows(f"prmkit lab trace-error summary (seed {config.seed}; measured in this "
+                     f"run, {seconds:.0f} s on {os.cpu_count()} cores)", rows)
+    stats.write_summary(out, {"config": asdict(config),
+                              "claims": {k: doc["claims"][k] for k in CLAIMS},
+                              "contrasts": {k: doc["claims"][k] for k in CONTRASTS},
+                              "claim_setting": CLAIM_SETTING, "summary": dict(rows),
+                              "n": doc["n"], "claim_n": doc["claim_n"],
+                              "settings": doc["settings"]})
     print(f"report written to {report}", flush=True)
 
 
@@ -141,7 +149,7 @@ def write_report(path: str, config: Any, doc: dict[str, Any], rows: list) -> Non
 
     settings = list(doc["settings"])
     verifiers = list(doc["settings"][settings[0]]["at_n"])
-    n = doc["n"][-1]
+    n = doc["claim_n"]
 
     def bars(key: str) -> dict[str, list]:
         return {v: [(f[key] or 0.0, *f[f"{key}_ci95"]) for f in

@@ -14,7 +14,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from prmkit.evaluate.paired import Claim, paired_difference
+from prmkit.lab import stats
+from prmkit.lab.stats import Claim
 from prmkit.records import Record
 
 
@@ -72,29 +73,79 @@ def picks(records: Sequence[Record], score: Callable[[Record], float], flawed: C
     return PerProblem(right, bad)
 
 
+def majority_picks(records: Sequence[Record], flawed: Callable[[Record], bool],
+                   draws: Mapping[str, np.ndarray]) -> PerProblem:
+    """Majority voting's picks in each draw: the answer most of the drawn candidates give
+    (ties: the one met first in the draw's random order), and of its candidates the first in
+    that order. An unanswered candidate does not vote."""
+    from prmkit.select import vote_key
+
+    by_group: dict[str, list[Record]] = {}
+    for r in records:
+        by_group.setdefault(r.group or r.id, []).append(r)
+    right, bad = {}, {}
+    for g, rows in draws.items():
+        cands = by_group[g]
+        keys = [vote_key(r) for r in cands]
+        hits = []
+        for row in rows:
+            votes: dict[str, int] = {}
+            for i in row:
+                if keys[i] is not None:
+                    votes[keys[i]] = votes.get(keys[i], 0) + 1
+            top = max(votes.values(), default=0)
+            pick = next((int(i) for i in row if keys[i] is not None and votes[keys[i]] == top),
+                        int(row[0]))
+            hits.append(pick)
+        right[g] = float(np.mean([bool(cands[i].is_correct) for i in hits]))
+        bad[g] = float(np.mean([bool(cands[i].is_correct) and flawed(cands[i]) for i in hits]))
+    return PerProblem(right, bad)
+
+
+def trace_interval(per: PerProblem, level: float = 0.95) -> list[float]:
+    """A verifier's trace error interval (points): Wilson's, on the flawed picks among the right
+    picks counted in problems (each problem's shares over its draws summed), so that 0 flawed
+    picks still give an upper end above 0."""
+    lo, hi = stats.wilson(sum(per.flawed.values()), sum(per.right.values()), level)
+    return [round(100 * lo, 3), round(100 * hi, 3)]
+
+
+def newcombe(a: PerProblem, b: PerProblem, level: float = 0.95) -> list[float]:
+    """Newcombe's (1998, method 10) hybrid score interval for the difference of the two trace
+    errors (points), from each one's Wilson interval: for counts of 0, where a bootstrap has
+    nothing to resample. It ignores the pairing, so it is wider than a paired interval."""
+    ka, na = sum(a.flawed.values()), sum(a.right.values())
+    kb, nb = sum(b.flawed.values()), sum(b.right.values())
+    pa, pb = ka / na, kb / nb
+    (la, ua), (lb, ub) = stats.wilson(ka, na, level), stats.wilson(kb, nb, level)
+    d = pa - pb
+    lo = d - ((pa - la) ** 2 + (ub - pb) ** 2) ** 0.5
+    hi = d + ((ua - pa) ** 2 + (pb - lb) ** 2) ** 0.5
+    return [round(100 * lo, 3), round(100 * hi, 3)]
+
+
 def ratio_difference(a: PerProblem, b: PerProblem, bootstrap: int = 10000,
                      seed: int = 0) -> Claim:
     """Trace error of ``a`` minus that of ``b``, in points, with the paired percentile
-    bootstrap over problems (resamples where either has no right pick are left out). Holds
+    bootstrap over problems (resamples where either has no right pick are left out); when
+    either has no flawed pick at all, Newcombe's interval (:func:`newcombe`) instead. Holds
     when the interval is above 0 (``a`` leaves more trace errors than ``b``)."""
     common = sorted(set(a.right) & set(b.right))
     cols = np.array([[a.flawed[k], a.right[k], b.flawed[k], b.right[k]] for k in common])
-    idx = np.random.default_rng(seed).integers(0, len(common), size=(bootstrap, len(common)))
-    sums = cols[idx].sum(axis=1)
-    ok = (sums[:, 1] > 0) & (sums[:, 3] > 0)
-    diffs = 100.0 * (sums[ok, 0] / sums[ok, 1] - sums[ok, 2] / sums[ok, 3])
+    point, ci, _ = stats.ratio_difference(cols, bootstrap, seed)
     total = cols.sum(axis=0)
-    point = 100.0 * (total[0] / total[1] - total[2] / total[3]) if total[1] and total[3] else 0.0
-    lo = round(float(np.percentile(diffs, 2.5)), 3) if len(diffs) else 0.0
-    hi = round(float(np.percentile(diffs, 97.5)), 3) if len(diffs) else 0.0
-    return Claim(holds=bool(lo > 0), difference=round(float(point), 3), ci95=[lo, hi],
-                 problems=len(common))
+    if total[1] > 0 and total[3] > 0 and (total[0] == 0 or total[2] == 0):
+        ci = newcombe(PerProblem({k: a.right[k] for k in common}, {k: a.flawed[k] for k in common}),
+                      PerProblem({k: b.right[k] for k in common}, {k: b.flawed[k] for k in common}))
+    ci = list(stats.cover(point, *ci))     # a ratio's percentile interval can miss its point
+    return Claim(holds=bool(ci[0] > 0), difference=point, ci95=ci, problems=len(common))
 
 
 def equivalent(a: Mapping[str, float], b: Mapping[str, float], margin: float,
-               seed: int = 0) -> Claim:
-    """``a - b`` in points, paired over problems; holds when the whole 95% interval lies
-    within ``margin`` points of 0 (an equivalence claim: "similar", not "not shown different")."""
-    c = paired_difference(a, b, seed=seed)
+               level: float = 0.90, seed: int = 0) -> Claim:
+    """``a - b`` in points, paired over problems; holds when the whole central ``level``
+    interval lies within ``margin`` points of 0: two one-sided tests at 5% each when ``level``
+    is 0.90 (Schuirmann 1987), an equivalence claim ("similar", not "not shown different")."""
+    c = stats.paired(a, b, level=level, seed=seed)
     c.holds = bool(-margin < c.ci95[0] and c.ci95[1] < margin)
     return c
