@@ -110,11 +110,11 @@ def _add_score(sub: Any) -> None:
                         "peiyi9979/math-shepherd-mistral-7b-prm, Qwen/Qwen2.5-Math-PRM-7B), "
                         "the URL of a running `prmkit serve` (http://HOST:PORT), or a name: "
                         "default, smollm2-135m, gemma3-270m. Default: `default`, the small PRM "
-                        "shipped in the package: SmolLM2-135M-Instruct with its last 2 layers "
-                        "and a head trained on 800 PRM800K phase-1 records. It is a CPU "
-                        "example, not a strong PRM: its ProcessBench dev first-error F1 (17.6, "
-                        "threshold tuned) is below the position/length heuristic's (about 29, "
-                        "`prmkit eval processbench`). For real use, pass a public PRM")
+                        "shipped in the package: SmolLM2-135M-Instruct with its last layer "
+                        "and a head trained on PRM800K and PRMBench train step labels, with "
+                        "the threshold it was tuned for; its card "
+                        "(prmkit/models/default_prm/README.md) gives its figures. It is a CPU "
+                        "example, not a strong PRM. For real use, pass a public PRM")
     p.add_argument("--token", default=None,
                    help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN)")
     p.add_argument("--format", default=None,

@@ -164,7 +164,7 @@ def main() -> int:
     best = args.model or train(args, "python scripts/train_default_prm.py " + " ".join(sys.argv[1:]))
     ship = os.path.join(args.work, "ship")
     shutil.rmtree(ship, ignore_errors=True)
-    shutil.copytree(best, ship)
+    shutil.copytree(best, ship, ignore=shutil.ignore_patterns("checkpoint.json"))  # resume state
     _to_bf16(os.path.join(ship, "prmkit_delta.safetensors"))
     figures = measure(ship, args, data["test"])
     figures["seconds"] = round(time.time() - t0)
@@ -297,6 +297,10 @@ def write_card(folder: str, args: argparse.Namespace, fig: dict, sizes: dict[str
          f"solutions each), accuracy % [95% bootstrap interval over problems]:\n",
          "| method | accuracy |", "|---|---|"]
         + [f"| {m} | {v[0]} [{v[1]}, {v[2]}] |" for m, v in g.items() if isinstance(v, list)])
+    test = fig.get("prm800k_test")
+    auc_line = "" if not test else (
+        f"\nStep AUC on {test['records']} held-out PRM800K phase-1 test records ({test['steps']} "
+        f"steps): {test['step_auc']:.3f}.\n")
     with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
         f.write(f"""# prmkit default PRM (SmolLM2-135M; PRM800K and PRMBench train step labels)
 
@@ -336,10 +340,7 @@ This PRM minus the heuristic: {ci(pb['model_minus_heuristic'], pb['model_minus_h
 (95% bootstrap interval, samples resampled within each split, {pb['bootstrap_draws']} draws).
 Command: `{fig['processbench_command'].replace(ROOT + '/', '')}`.
 {gsm}
-
-Step AUC on {fig['prm800k_test']['records']} held-out PRM800K phase-1 test records
-({fig['prm800k_test']['steps']} steps): {fig['prm800k_test']['step_auc']:.3f}.
-""")
+{auc_line}""")
 
 
 if __name__ == "__main__":
