@@ -151,9 +151,6 @@ def parse() -> argparse.Namespace:
 
 
 def main() -> int:
-    import torch
-
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     args = parse()
     os.makedirs(args.work, exist_ok=True)
     t0 = time.time()
