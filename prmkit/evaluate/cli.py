@@ -174,7 +174,6 @@ def _run_processbench(args: argparse.Namespace) -> int:
     threshold, said = args.threshold, ""
     if args.calibrate_on is None and args.model:
         threshold, said = threshold_for(args.model, args.threshold)
-        print(said, file=sys.stderr)
     config = processbench.ProcessBenchConfig(
         threshold=threshold, calibrate_on=args.calibrate_on,
         random_draws=args.random_draws, seed=args.seed)
@@ -191,6 +190,8 @@ def _run_processbench(args: argparse.Namespace) -> int:
         scores = {k: p.step_scores for k, p in preds.items() if p.step_scores is not None} or None
         fixed = {k: p.first_error for k, p in preds.items() if p.first_error is not None}
         info = {"predictions": args.predictions}
+    if said:   # once the model has loaded and scored
+        print(said, file=sys.stderr)
     res = processbench.run(splits, scores, fixed, config, train, args.heuristic_train)
     res = {**info, "data": args.data, **res}
     if said:
