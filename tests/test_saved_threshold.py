@@ -115,3 +115,11 @@ def test_eval_processbench_uses_the_saved_threshold(tmp_path, capsys, monkeypatc
     assert res["threshold"] == (0.7 if given is None else 0.5)
     assert want_said in res["threshold_from"]
     assert res["predictions"][0]["predicted"] == want_pred
+
+
+def test_score_names_the_saved_threshold(tmp_path, capsys):
+    cli._say_threshold(str(model_dir(tmp_path, threshold=0.6)))
+    err = capsys.readouterr().err
+    assert "the model's threshold: 0.6 (tuned on dev)" in err and "--threshold overrides" in err
+    cli._say_threshold("Qwen/Qwen2.5-Math-PRM-7B")   # none saved: nothing said
+    assert capsys.readouterr().err == ""
