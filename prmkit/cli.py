@@ -110,11 +110,11 @@ def _add_score(sub: Any) -> None:
                         "peiyi9979/math-shepherd-mistral-7b-prm, Qwen/Qwen2.5-Math-PRM-7B), "
                         "the URL of a running `prmkit serve` (http://HOST:PORT), or a name: "
                         "default, smollm2-135m, gemma3-270m. Default: `default`, the small PRM "
-                        "shipped in the package: SmolLM2-135M-Instruct with its last 2 layers "
-                        "and a head trained on 800 PRM800K phase-1 records. It is a CPU "
-                        "example, not a strong PRM: its ProcessBench dev first-error F1 (17.6, "
-                        "threshold tuned) is below the position/length heuristic's (about 29, "
-                        "`prmkit eval processbench`). For real use, pass a public PRM")
+                        "shipped in the package: SmolLM2-135M-Instruct with its last layer "
+                        "and a head trained on PRM800K and PRMBench train step labels, with "
+                        "the threshold it was tuned for; its card "
+                        "(prmkit/models/default_prm/README.md) gives its figures. It is a CPU "
+                        "example, not a strong PRM. For real use, pass a public PRM")
     p.add_argument("--token", default=None,
                    help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN)")
     p.add_argument("--format", default=None,
@@ -181,7 +181,21 @@ def _run_score(args: argparse.Namespace) -> int:
     if hasattr(getattr(result.prm, "stats", None), "summary"):   # a generative PRM's parse rate
         print(result.prm.stats.summary(), file=sys.stderr)
     print(f"scored {len(records)} records -> {args.output}", file=sys.stderr)
+    _say_threshold(args.model)
     return 0
+
+
+def _say_threshold(model: str | None) -> None:
+    """The threshold saved with the model, where one is: scores hold no threshold, but the
+    commands that apply one (`eval processbench`, `select --by filtered-majority`) use it."""
+    from prmkit.models.folder import saved_threshold
+
+    info = saved_threshold(model)
+    if info is not None:
+        print(f"the model's threshold: {info['threshold']:g} (tuned on "
+              f"{info.get('tuned_on', 'its dev data')}): a step scored below it is a predicted "
+              f"error; eval processbench and select --by filtered-majority use it, --threshold "
+              f"overrides it", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,9 +240,16 @@ def _add_select(sub: Any) -> None:
                 "and write the chosen records. When every chosen record has `is_correct`, print "
                 "the accuracy of the choice.\n\n" + (select.__doc__ or "").split("\n\n", 2)[-1])
     p.add_argument("--input", required=True, help="candidate records (prmkit JSONL)")
-    p.add_argument("--by", required=True, choices=select.METHODS, help="selection method")
+    p.add_argument("--by", required=True, choices=select.METHODS + select.THRESHOLD_METHODS,
+                   help="selection method")
     p.add_argument("--weight-by", default="prod", choices=AGGREGATE_CHOICES,
                    help="how weighted-majority aggregates each candidate's step scores")
+    p.add_argument("--model", default="default",
+                   help="filtered-majority: the PRM that scored the records, whose saved "
+                        "threshold it uses (prmkit_threshold.json in its folder)")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="filtered-majority: a candidate with a step scored below this does not "
+                        "vote; default: the threshold saved with --model, else 0.5")
     p.add_argument("--output", default=None, help="where to write the chosen records")
     p.set_defaults(run=_run_select)
 
@@ -239,7 +260,13 @@ def _run_select(args: argparse.Namespace) -> int:
     from prmkit.records import write_records
 
     records = read_records(args.input)
-    chosen = select.select(records, args.by, weight_by=args.weight_by)
+    threshold = 0.5
+    if args.by in select.THRESHOLD_METHODS:
+        from prmkit.models.folder import threshold_for
+
+        threshold, said = threshold_for(args.model, args.threshold)
+        print(said, file=sys.stderr)
+    chosen = select.select(records, args.by, weight_by=args.weight_by, threshold=threshold)
     if args.output:
         write_records(args.output, chosen)
     acc = select.accuracy(chosen)

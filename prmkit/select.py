@@ -19,6 +19,10 @@ Methods:
     Verifier-weighted voting (Uesato et al. 2022; Li et al. 2023): each answer scores the sum of
     its candidates' PRM scores aggregated by ``weight_by``; its highest-scoring candidate is
     chosen. Needs ``step_scores``.
+``filtered-majority``
+    Majority voting among the candidates with no step scored below ``threshold`` (the PRM
+    predicts no error in them); a group where every candidate has such a step votes whole.
+    Needs ``step_scores``; the threshold is the one saved with the PRM (``prmkit select``).
 ``oracle``
     Pass@N: the first correct candidate, else the first. Needs ``is_correct``.
 
@@ -40,18 +44,25 @@ from prmkit.records import Record
 
 METHODS = ("prm-prod", "prm-min", "prm-last", "prm-mean", "prm-geomean", "orm",
            "majority", "weighted-majority", "oracle")
+# methods that read a first-error threshold (not in METHODS: `eval bestofn` tries METHODS)
+THRESHOLD_METHODS = ("filtered-majority",)
 
 
-def select(records: list[Record], method: str, weight_by: str = "prod") -> list[Record]:
+def select(records: list[Record], method: str, weight_by: str = "prod",
+           threshold: float = 0.5) -> list[Record]:
     """One chosen record per group, in order of each group's first appearance.
 
-    ``method`` is one of :data:`METHODS`; ``weight_by`` (one of
+    ``method`` is one of :data:`METHODS` or :data:`THRESHOLD_METHODS`; ``weight_by`` (one of
     :data:`prmkit.aggregate.AGGREGATES`) is the PRM aggregate that weights the votes of
-    ``weighted-majority``. Raises :class:`~prmkit.errors.PrmkitError`, naming the record, when
+    ``weighted-majority``; ``threshold`` is the step score below which ``filtered-majority``
+    drops a candidate. Raises :class:`~prmkit.errors.PrmkitError`, naming the record, when
     a candidate lacks what the method needs.
     """
+    if method in THRESHOLD_METHODS:
+        return [_choose_filtered_majority(group, threshold) for group in groups(records)]
     if method not in METHODS:
-        raise PrmkitError(f"unknown selection method {method!r} (known: {', '.join(METHODS)})")
+        raise PrmkitError(f"unknown selection method {method!r} "
+                          f"(known: {', '.join(METHODS + THRESHOLD_METHODS)})")
     if weight_by not in AGGREGATES:
         raise PrmkitError(f"unknown weight_by aggregate {weight_by!r} "
                           f"(known: {', '.join(AGGREGATES)})")
@@ -162,6 +173,11 @@ def _choose_weighted_majority(group: list[Record], weight_by: str) -> Record:
     winner = max(weights, key=lambda k: (math.fsum(weights[k]), len(weights[k])))
     members = [i for i, k in enumerate(keys) if k == winner]
     return group[max(members, key=scores.__getitem__)]
+
+
+def _choose_filtered_majority(group: list[Record], threshold: float) -> Record:
+    clean = [r for r in group if prm_score(r, "min") >= threshold]
+    return _choose_majority(clean or group, "prod")
 
 
 def _choose_oracle(group: list[Record], weight_by: str) -> Record:

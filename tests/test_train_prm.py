@@ -15,7 +15,7 @@ from prmkit.models.backends.hf import HFConfig, load_hf_prm
 from prmkit.records import Record, write_records
 from prmkit.train.loop import LoopConfig
 from prmkit.train.prm import (PRMTrainConfig, auc, first_error_f1, step_examples, train_prm,
-                              training_format)
+                              training_format, tuned_threshold)
 import tiny
 
 GOOD, BAD = "so the answer is 5.", "then 3 + 3 = 7."
@@ -169,6 +169,32 @@ def test_auc_and_f1_by_hand():
     # a: pred 1 (hit); c: pred -1 (miss) -> error acc 50; b: pred -1 (hit) -> correct acc 100
     f1 = first_error_f1(recs, [[0.9, 0.1], [0.8, 0.7], [0.6, 0.9]])
     assert f1 == pytest.approx(2 * 50 * 100 / 150)
+
+
+def test_tuned_threshold_by_hand():
+    recs = [Record(id="a", problem="p", steps=["x", "y"], first_error=1),
+            Record(id="b", problem="p", steps=["x", "y"], first_error=-1),
+            Record(id="c", problem="p", steps=["x", "y"], first_error=0)]
+    # a (error at 1) is right for t in (0.1, 0.9]; b (none) for t <= 0.7; c (error at 0) for
+    # t > 0.6. The candidates are 0.1, the midpoints 0.35, 0.65, 0.75, 0.85 and one above 0.9:
+    # 0.65 gets all three (F1 100); 0.35 misses c (F1 66.7)
+    got = tuned_threshold(recs, [[0.9, 0.1], [0.8, 0.7], [0.6, 0.9]])
+    assert got["dev_threshold"] == pytest.approx(0.65)
+    assert got["dev_f1_tuned"] == pytest.approx(100.0)
+    assert tuned_threshold(recs[:1], [[0.9, 0.1]]) == {}   # no sample without an error
+
+
+def test_f1_tuned_fitness_saves_the_threshold(base, data, tmp_path):
+    out = tmp_path / "run"
+    clean = [Record(id=f"c{i}", problem=f"What is {i} + 2?", steps=[f"Step 1: {GOOD}"],
+                    labels=[1.0]) for i in range(3)]
+    write_records(data[1], records(6) + clean)   # the threshold needs solutions without errors
+    cfg = config(base, data, out, max_steps=4, eval_every=2)
+    cfg.fitness = "f1-tuned"
+    history = train_prm(cfg)
+    saved = json.loads((out / "best" / "prmkit_threshold.json").read_text())
+    best = max(history, key=lambda h: h["dev_f1_tuned"])
+    assert saved["threshold"] == best["dev_threshold"] and "dev.jsonl" in saved["tuned_on"]
 
 
 def test_bad_options_are_clear_errors(base, data, tmp_path):

@@ -56,8 +56,10 @@ def _add_processbench(evals: Any) -> None:
                    help="JSONL with id and first_error (int) or step_scores (list) per sample, "
                         "instead of --model (e.g. the output of `prmkit score`)")
     t = q.add_mutually_exclusive_group()
-    t.add_argument("--threshold", type=float, default=0.5,
-                   help="a step scored below this is the predicted first error")
+    t.add_argument("--threshold", type=float, default=None,
+                   help="a step scored below this is the predicted first error; default: the "
+                        "threshold saved with --model (prmkit_threshold.json; the default PRM "
+                        "has one), else 0.5")
     t.add_argument("--calibrate-on", default=None, metavar="SPLIT",
                    help="instead, use the threshold that maximises F1 on this split (e.g. gsm8k)")
     q.add_argument("--heuristic-train", default=None, metavar="FILE",
@@ -165,11 +167,15 @@ def _source(args: argparse.Namespace) -> str:
 def _run_processbench(args: argparse.Namespace) -> int:
     from prmkit.evaluate import processbench
     from prmkit.evaluate.common import check_model_or_predictions, read_predictions, score_with_model, write_json
+    from prmkit.models.folder import threshold_for
 
     check_model_or_predictions(args)
     _check_output(args.output, args.save_scores)
+    threshold, said = args.threshold, ""
+    if args.calibrate_on is None and args.model:
+        threshold, said = threshold_for(args.model, args.threshold)
     config = processbench.ProcessBenchConfig(
-        threshold=args.threshold, calibrate_on=args.calibrate_on,
+        threshold=threshold, calibrate_on=args.calibrate_on,
         random_draws=args.random_draws, seed=args.seed)
     splits = processbench.load_splits(args.data)
     records = [r for rs in splits.values() for r in rs]
@@ -184,8 +190,12 @@ def _run_processbench(args: argparse.Namespace) -> int:
         scores = {k: p.step_scores for k, p in preds.items() if p.step_scores is not None} or None
         fixed = {k: p.first_error for k, p in preds.items() if p.first_error is not None}
         info = {"predictions": args.predictions}
+    if said:   # once the model has loaded and scored
+        print(said, file=sys.stderr)
     res = processbench.run(splits, scores, fixed, config, train, args.heuristic_train)
     res = {**info, "data": args.data, **res}
+    if said:
+        res["threshold_from"] = said
     write_json(args.output, res)
     processbench.print_results(res, _source(args))
     print(f"results -> {args.output}", file=sys.stderr)

@@ -56,8 +56,9 @@ class SplitMetrics:
 class ProcessBenchConfig:
     """How predictions are made from scores, and how the baselines are drawn."""
 
-    threshold: float = field(default=0.5, metadata={
-        "help": "a step whose score is below this is the predicted first error"})
+    threshold: float | None = field(default=None, metadata={
+        "help": "a step whose score is below this is the predicted first error; default: the "
+                "threshold saved with the model (prmkit_threshold.json), else 0.5"})
     calibrate_on: str | None = field(default=None, metadata={
         "help": "pick the threshold that maximises F1 on this split instead"})
     random_draws: int = field(default=100, metadata={
@@ -65,7 +66,7 @@ class ProcessBenchConfig:
     seed: int = field(default=0, metadata={"help": "seed of the random baseline"})
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.threshold):
+        if self.threshold is not None and not math.isfinite(self.threshold):
             raise PrmkitError(f"threshold must be a finite number, got {self.threshold}")
         if self.random_draws < 1:
             raise PrmkitError(f"random_draws must be positive, got {self.random_draws}")
@@ -255,6 +256,7 @@ def position_length(splits: dict[str, list[Record]], train: Sequence[Record] | N
                   f"solution length; fitted and threshold-tuned on {fit_on}")
     out["fit_on"] = fit_on
     out["fits"] = fits
+    out["predictions"] = preds   # per split, in the order of the samples
     return out
 
 
@@ -264,7 +266,7 @@ def run(splits: dict[str, list[Record]], scores: dict[str, Sequence[float | None
         heuristic_train_name: str | None = None) -> dict[str, Any]:
     """The whole evaluation: the model's figures (from step ``scores`` and/or ``fixed`` first
     errors, by record id), the threshold used, the baselines, and per-sample predictions."""
-    threshold: float | None = config.threshold
+    threshold: float | None = 0.5 if config.threshold is None else config.threshold
     calibration = None
     if config.calibrate_on is not None:
         if config.calibrate_on not in splits:
@@ -281,7 +283,7 @@ def run(splits: dict[str, list[Record]], scores: dict[str, Sequence[float | None
     if scores is None:
         threshold = None  # every prediction is a given first error
     labels = {s: gold(r) for s, r in splits.items()}
-    preds = {s: first_errors(r, scores, fixed, threshold if threshold is not None else 0.5)
+    preds = {s: first_errors(r, scores, fixed, 0.5 if threshold is None else threshold)
              for s, r in splits.items()}
     model = evaluate(labels, preds)
     heur = position_length(splits, heuristic_train, heuristic_train_name, config.calibrate_on)

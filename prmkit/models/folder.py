@@ -2,7 +2,8 @@
 trained folders prmkit writes (everything needed to use a model, and nothing unsafe).
 
 A folder holds the tokenizer, ``prmkit_format.json``, ``README.md`` (the model card),
-``prmkit_train.json`` (the training config and kind) and safetensors weights, either **full**
+``prmkit_train.json`` (the training config and kind), optionally ``prmkit_threshold.json`` (the
+first-error threshold the model was tuned for) and safetensors weights, either **full**
 (``config.json`` + ``model.safetensors``, loadable by any transformers code) or **delta**
 (``prmkit_base.json`` + ``prmkit_delta.safetensors``: only the trained tensors, applied on top
 of the base model that ``prmkit_base.json`` names).
@@ -20,6 +21,7 @@ from prmkit.stepformat import FORMAT_FILE, StepFormat, get_format
 BASE_FILE = "prmkit_base.json"
 DELTA_FILE = "prmkit_delta.safetensors"
 TRAIN_FILE = "prmkit_train.json"
+THRESHOLD_FILE = "prmkit_threshold.json"  # {"threshold": float, "tuned_on": str, ...}
 ARCHITECTURES = ("causal-lm", "token-classification")
 
 
@@ -92,6 +94,41 @@ def read_train_info(path: str) -> dict[str, Any]:
         return {}
     with open(p, encoding="utf-8") as f:
         return json.load(f)
+
+
+def saved_threshold(model: str | None) -> dict[str, Any] | None:
+    """``prmkit_threshold.json`` of a model (``None`` or ``default``: the default PRM; a local
+    folder), or None: a hub id, a URL, a named backbone or a folder without one. The file holds
+    ``threshold`` (a step scored below it is a predicted error) and ``tuned_on`` (what chose it)."""
+    from prmkit.models.pypi import DEFAULT_PRM, DEFAULT_PRM_DIR
+
+    if model is None or (model == DEFAULT_PRM and not os.path.isdir(model)):
+        path = DEFAULT_PRM_DIR
+    elif os.path.isdir(model):
+        path = model
+    else:
+        return None
+    p = os.path.join(path, THRESHOLD_FILE)
+    if not os.path.isfile(p):
+        return None
+    with open(p, encoding="utf-8") as f:
+        info = json.load(f)
+    if not isinstance(info.get("threshold"), (int, float)):
+        raise PrmkitError(f"{p}: no numeric 'threshold'")
+    return info
+
+
+def threshold_for(model: str | None, given: float | None) -> tuple[float, str]:
+    """The threshold a command applies, and the line it prints on stderr saying where it came
+    from: ``given`` (``--threshold``), else the one saved with the model, else 0.5."""
+    if given is not None:
+        return given, f"threshold {given:g} (--threshold)"
+    info = saved_threshold(model)
+    if info is None:
+        return 0.5, "threshold 0.5 (no threshold is saved with the model; --threshold sets one)"
+    t = float(info["threshold"])
+    return t, (f"threshold {t:g}: the one saved with the model {model or 'default'} (tuned on "
+               f"{info.get('tuned_on', 'its dev data')}); --threshold overrides it")
 
 
 def write_card(path: str, title: str, lines: list[str]) -> None:

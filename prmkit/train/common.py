@@ -148,6 +148,12 @@ def make_saver(cfg: Any, fmt: StepFormat, tokenizer: Any, kind: str, base_model:
         config = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "command"}
         with open(os.path.join(folder, modeldir.TRAIN_FILE), "w", encoding="utf-8") as f:
             json.dump({"kind": kind, "config": config, "metrics": metrics}, f, indent=2)
+        if metrics.get("dev_threshold") is not None:   # tuned on the dev records
+            with open(os.path.join(folder, modeldir.THRESHOLD_FILE), "w", encoding="utf-8") as f:
+                json.dump({"threshold": metrics["dev_threshold"],
+                           "tuned_on": f"{os.path.basename(str(cfg.eval_data))}, the dev records "
+                                       f"of its training (first-error F1 there "
+                                       f"{metrics['dev_f1_tuned']})"}, f, indent=2)
         modeldir.write_card(folder, f"prmkit {kind.upper()} trained from {cfg.base}",
                             _card_lines(cfg, fmt, kind, metrics, n_train, n_dev))
     return save

@@ -30,7 +30,7 @@ from prmkit.train.common import (HEADS, TrainConfig, auc, load_base, make_saver,
                                  read_logits, score_with_progress, training_format)
 from prmkit.train.loop import HEAD_MODULES, Example, Loop, set_trainable
 
-FITNESS = ("auc", "f1")
+FITNESS = ("auc", "f1", "f1-tuned")
 __all__ = ["FITNESS", "HEADS", "PRMTrainConfig", "StepObjective", "auc", "cached_dev_scores",
            "dev_examples", "first_error_f1", "step_examples", "train_prm", "training_format",
            "validate"]
@@ -70,7 +70,9 @@ class PRMTrainConfig(TrainConfig):
                 "later run on the same base, --last-k and --dtype reads them (train orm "
                 "takes the same option)"})
     fitness: str = field(default="auc", metadata={
-        "help": "what picks best/: auc (step AUC on dev) or f1 (first-error F1 on dev)"})
+        "help": "what picks best/: auc (step AUC on dev), f1 (first-error F1 on dev at 0.5) or "
+                "f1-tuned (at the threshold that maximises it on dev, which is saved with the "
+                "model in prmkit_threshold.json)"})
     dtype: str = field(default="float32", metadata={
         "help": "compute dtype: float32, or bfloat16 (autocast: bf16 matmuls, float32 weights "
                 "and optimiser; faster only on a CPU or GPU with native bfloat16)"})
@@ -220,7 +222,28 @@ def step_metrics(records: Sequence[Record], scores: Sequence[Sequence[float | No
     f = first_error_f1(records, scores)
     if f is not None:
         out["dev_f1"] = round(f, 4)
+    out.update(tuned_threshold(records, scores))
     return out
+
+
+def tuned_threshold(records: Sequence[Record], scores: Sequence[Sequence[float | None]],
+                    ) -> dict[str, float]:
+    """``dev_threshold``, the threshold that maximises first-error F1 on the records with a
+    known first error, and that F1 (``dev_f1_tuned``); {} unless some have an error and some
+    none (:func:`prmkit.evaluate.threshold.calibrate_threshold`)."""
+    from prmkit.evaluate.threshold import calibrate_threshold
+
+    gold, rows = [], []
+    for r, s in zip(records, scores):
+        g = r.first_error if r.first_error is not None else first_error_from_labels(r.labels or [])
+        if g is not None and (g == -1 or g < len(s)):
+            gold.append(g)
+            rows.append(s)
+    if not (any(g == -1 for g in gold) and any(g >= 0 for g in gold)) or not any(
+            x is not None for row in rows for x in row):
+        return {}
+    t, f1 = calibrate_threshold(gold, rows)
+    return {"dev_threshold": round(t, 6), "dev_f1_tuned": round(f1 or 0.0, 4)}
 
 
 def dev_examples(records: Sequence[Record], bound: BoundFormat, max_length: int) -> list[Example]:
@@ -280,7 +303,8 @@ def train_prm(cfg: PRMTrainConfig) -> list[dict[str, Any]]:
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     print(f"train: {len(examples)} sequences, {sum(len(e.targets) for e in examples)} labelled "
           f"steps; {n_trainable:,} trainable parameters ({cfg.loop.train})", file=sys.stderr)
-    fitness = {"auc": "dev_auc", "f1": "dev_f1"}[cfg.fitness] if dev_records else "neg_train_loss"
+    fitness = {"auc": "dev_auc", "f1": "dev_f1", "f1-tuned": "dev_f1_tuned"}[cfg.fitness] \
+        if dev_records else "neg_train_loss"
 
     objective: Any = StepObjective(Reader(model, fmt, bound), pad_id(tokenizer))
     dev = dev_examples(dev_records, bound, cfg.max_length) if cfg.cache_frozen else []
