@@ -101,7 +101,9 @@ def test_ids_and_labels_equal_trls_tokenize_row_on_real_tokenizers(name, separat
 
 
 def test_max_prompt_length_keeps_the_prompts_last_tokens_bos_included():
-    tok = tiny.tokenizer()
+    import copy
+
+    tok = copy.deepcopy(tiny.tokenizer())   # the cached one is shared with other tests
     tok.bos_token = "<|im_start|>"
     bound = trl_format().bind(tok)
     full, _, _ = encode_row(bound, "What is 2 + 3?", ["2 + 3 = 5."], [1], Cuts(None), False)
