@@ -153,8 +153,20 @@ def check_hub(repo_id: str, timeout: float = 3.0) -> None:
         except OSError as e:
             why = f"{url.hostname} cannot be reached ({e.strerror or type(e).__name__})"
     raise PrmkitError(f"model {repo_id!r} is not in the local Hugging Face cache and cannot be "
-                      f"downloaded: {why}. Download it where the hub is reachable "
-                      f"(huggingface-cli download {repo_id} --local-dir DIR) and pass --model DIR")
+                      f"downloaded: {why}. Where the hub is reachable, run `hf download {repo_id} "
+                      f"--local-dir DIR`, then `{score_line(repo_id)}`")
+
+
+def score_line(repo_id: str) -> str:
+    """The command that scores with a hub model once it is downloaded to DIR: its step format
+    (from ``models/names.py``, NAME when prmkit does not know it), and ``--trust-remote-code``
+    where its recipe runs the model's own code."""
+    from prmkit.models.names import PUBLIC_PRMS, format_for
+
+    about = next((what for name, (_, what) in PUBLIC_PRMS.items()
+                  if name.lower() == repo_id.strip().rstrip("/").lower()), "")
+    remote = " --trust-remote-code" if "--trust-remote-code" in about else ""
+    return f"prmkit score --model DIR --format {format_for(repo_id) or 'NAME'}{remote}"
 
 
 def base_of(path: str, base: str) -> str:
