@@ -63,7 +63,7 @@ def _add_processbench(evals: Any) -> None:
     q.add_argument("--heuristic-train", default=None, metavar="FILE",
                    help="labelled records to fit the position/length heuristic on: prmkit JSONL "
                         "with labels or first_error, or ProcessBench .json / folder. Default: "
-                        "the calibration split, else leave one split out")
+                        "the calibration split, else leave one split out.")
     q.add_argument("--random-draws", type=int, default=100,
                    help="draws of the random baseline (its figures are the mean)")
     q.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
@@ -320,5 +320,5 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
                    help="where the scored records go, written as they finish to FILE.partial; "
                         "rerunning the same command after a kill resumes there. Default: the "
                         "--output name with .scores.jsonl instead of .json. FILE can be given "
-                        "to --predictions or `prmkit report` later")
+                        "to --predictions or `prmkit report` later.")
     add_scale_options(p)

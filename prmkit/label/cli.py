@@ -1,4 +1,4 @@
-"""``prmkit label``: automatic step labels, the command-line layer over :mod:`prmkit.label`.
+"""``prmkit label``: automatic step labels (Monte Carlo rollouts, an LLM judge, their consensus).
 
     prmkit label mc --policy P --input solutions.jsonl --rollouts 8 --strategy binary --output mc.jsonl
     prmkit label judge --judge M --input solutions.jsonl --output judge.jsonl

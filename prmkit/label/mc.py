@@ -37,8 +37,8 @@ Strategies; ``first_error`` is the first step judged wrong, -1 when none is:
 
 ``meta["mc"]`` stores the settings and, per step, ``correct`` (right rollouts) and ``samples``
 (rollouts behind it; null where not probed), plus ``probes`` (in order), ``rollouts_spent`` (the
-free own answer not counted) and ``tokens``, so :func:`relabel` recomputes labels for another
-mode or threshold without new rollouts.
+free own answer not counted) and ``tokens``: labels for another mode or threshold can be
+recomputed from the record alone, without new rollouts.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class MCConfig:
     strategy: str = field(default="per-step", metadata={
         "help": "per-step: probe every step (labels = values); linear-stop: probe in order up to "
                 "the first wrong step; binary: find the first wrong step by bisection (OmegaPRM). "
-                "The last two label 1 before the first error, 0 at it, null after"})
+                "The last two label 1 before the first error, 0 at it, null after."})
     threshold: float = field(default=0.0, metadata={
         "help": "a probed step is wrong when its value is at most this (in [0, 1)); 0 = no "
                 "rollout reached the answer"})

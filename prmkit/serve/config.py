@@ -34,7 +34,7 @@ class ServeConfig:
     port: int = field(default=8000, metadata={"help": "port to listen on"})
     token: str | None = field(default=None, metadata={
         "help": f"bearer token every request must carry (Authorization: Bearer TOKEN); default "
-                f"${TOKEN_ENV}. Required on a non-loopback address, enforced whenever set"})
+                f"${TOKEN_ENV}. Required on a non-loopback address, enforced whenever set."})
     batching: BatcherConfig = field(default_factory=BatcherConfig)
     max_body_bytes: int = field(default=16 * 2**20, metadata={
         "help": "largest request body in bytes (413 above)"})
