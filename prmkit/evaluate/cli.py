@@ -51,7 +51,9 @@ def _add_processbench(evals: Any) -> None:
     q.add_argument("--data", required=True,
                    help="a folder with gsm8k.json, math.json, olympiadbench.json, omnimath.json "
                         "(as shipped), or one such file")
-    add_model_args(q)
+    q.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="only the first N solutions of each split (a quick look)")
+    add_model_args(q, default_prm=True)
     q.add_argument("--predictions", default=None, metavar="FILE",
                    help="JSONL with id and first_error (int) or step_scores (list) per sample, "
                         "instead of --model (e.g. the output of `prmkit score`)")
@@ -79,7 +81,7 @@ def _add_prmbench(evals: Any) -> None:
              f"it: {prmbench.PAPER}; definition from {prmbench.SOURCE}.")
     q.add_argument("--data", required=True,
                    help="a PRMBench .jsonl file or a folder of them (one per category)")
-    add_model_args(q)
+    add_model_args(q, default_prm=True)
     q.add_argument("--predictions", default=None, metavar="FILE",
                    help="JSONL with id (classification-idx, as prmkit reads PRMBench) and "
                         "step_scores, instead of --model")
@@ -171,7 +173,9 @@ def _run_processbench(args: argparse.Namespace) -> int:
     config = processbench.ProcessBenchConfig(
         threshold=args.threshold, calibrate_on=args.calibrate_on,
         random_draws=args.random_draws, seed=args.seed)
-    splits = processbench.load_splits(args.data)
+    if args.limit is not None and args.limit < 1:
+        raise PrmkitError(f"--limit must be at least 1, got {args.limit}")
+    splits = {k: rs[:args.limit] for k, rs in processbench.load_splits(args.data).items()}
     records = [r for rs in splits.values() for r in rs]
     train = _read_training(args.heuristic_train) if args.heuristic_train else None
     info: dict[str, Any]
@@ -303,10 +307,14 @@ def _write_bytes(path: str, data: bytes) -> None:
         raise PrmkitError(f"{path}: cannot write ({e.strerror})") from None
 
 
-def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
-    """The options that load and run a PRM (the same as ``prmkit score``)."""
+def add_model_args(p: argparse.ArgumentParser, required: bool = False,
+                   default_prm: bool = False) -> None:
+    """The options that load and run a PRM (the same as ``prmkit score``); ``default_prm``: no
+    --model (and no --predictions) means the default PRM."""
     p.add_argument("--model", required=required, default=None,
-                   help="a model folder (safetensors), a default model name, or a hub id")
+                   help="a model folder (safetensors), a default model name, or a hub id" +
+                        ("; default: the trained default PRM shipped in the package, unless "
+                         "--predictions is given" if default_prm else ""))
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
                         "saved in the model folder")
