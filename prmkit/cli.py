@@ -117,7 +117,8 @@ def _add_score(sub: Any) -> None:
                         "`prmkit eval processbench`). For real use, pass a public PRM by its hub id (listed "
                         "above) or a folder of one.")
     p.add_argument("--token", default=None,
-                   help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN)")
+                   help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN, or "
+                        "its alias $PRMKIT_SERVE_TOKEN)")
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
                         "saved in the model folder")
