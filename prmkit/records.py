@@ -207,6 +207,18 @@ def _open_input(path: str) -> IO[bytes]:
         raise PrmkitError(f"{path}: cannot open ({e.strerror})") from None
 
 
+def json_error(e: json.JSONDecodeError, line: str) -> str:
+    """What is wrong with one JSONL line, with the parser's column: a line that ends before its
+    JSON does (a file cut off mid-write) is said to be cut off."""
+    body = line.rstrip()
+    where = f"{e.msg} column {e.colno}" if e.msg.endswith(" at") else \
+        f"{e.msg} at column {e.colno}"
+    if e.pos >= len(body) or e.msg.startswith("Unterminated string"):
+        return f"invalid JSON: the line ends (column {len(body) + 1}) before its JSON does, " \
+               f"cut off?: {where}"
+    return f"invalid JSON: {where}"
+
+
 def iter_jsonl(path: str) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, parsed_object)`` for each non-blank line of a JSONL file.
 
@@ -229,10 +241,11 @@ def iter_jsonl(path: str) -> Iterator[tuple[int, Any]]:
                 raise RecordError(f"not valid UTF-8 (byte {e.start + 1})", path, lineno) from None
             if not text.strip():
                 continue
+            text = text.rstrip("\r\n")  # a line cut inside a string then reads as unterminated
             try:
                 yield lineno, json.loads(text)
             except json.JSONDecodeError as e:
-                raise RecordError(f"invalid JSON: {e.msg} (column {e.colno})", path, lineno) from None
+                raise RecordError(json_error(e, text), path, lineno) from None
     finally:
         if f is not sys.stdin.buffer:
             f.close()

@@ -564,6 +564,21 @@ def test_gsm8k_model_solutions_errors(tmp_path, change, message):
         read_all("gsm8k", p)
 
 
+def test_a_json_list_given_to_a_jsonl_layout_is_a_layout_error(tmp_path):
+    """ProcessBench's .json list read --from gsm8k: the layout is wrong, not the JSON."""
+    p = tmp_path / "gsm8k.json"
+    p.write_text(json.dumps([{"id": "gsm8k-0", "problem": "p", "steps": ["a"], "label": -1}],
+                            indent=2))
+    with pytest.raises(PrmkitError) as info:
+        read_all("gsm8k", p)
+    msg = str(info.value)
+    assert msg.startswith(f"{p}: one JSON list, not the gsm8k layout; its first record has "
+                          f"id, label, problem, steps (ProcessBench's layout: use --from "
+                          f"processbench). Expected GSM8K, JSONL: question, answer")
+    assert "invalid JSON" not in msg and "column" not in msg
+    assert [r.id for r in read_all("processbench", p)] == ["gsm8k-0"]  # it reads lists
+
+
 @needs_data
 def test_real_gsm8k_model_solutions():
     path = DATA / "gsm8k" / "example_model_solutions.jsonl"
