@@ -288,6 +288,20 @@ def summarise_no_signal(silent: list[str]) -> None:
                     WARN_RECORDS, silent[-1])
 
 
+def check_some_signal(rows: list[dict[str, Any]], source: str) -> None:
+    """Refuse (after the output is written) a run in which no record got a usable label: no
+    rollout of any record reached its reference answer, so every label is 0. The likely cause
+    is the reference column, not the policy."""
+    silent = [r for r in rows if not any(c for c in r["meta"]["mc"]["correct"] if c)]
+    if rows and len(silent) == len(rows):
+        example = rows[0].get("reference")
+        raise PrmkitError(f"all {len(rows)} of {len(rows)} records: no rollout reached the "
+                          f"reference answer, so every label is 0 and none is usable. Likely "
+                          f"cause: the reference column of {source} (the first is "
+                          f"{str(example)[:60]!r}; it should be the final answer alone, as the "
+                          f"policy's answers are graded against it)")
+
+
 def _roll_out(generator: Generator, prompter: Prompter, config: MCConfig,
               wanted: list[tuple[_Job, int]]) -> None:
     """Roll out every wanted probe in one generator call and settle its count."""
