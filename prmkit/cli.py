@@ -324,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from prmkit.progress import on_terminal
+
+    if not on_terminal():  # a log gets prmkit's progress lines, not transformers' loading bars
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         check_output_is_not_input(args)
         check_inputs_not_empty(args)
