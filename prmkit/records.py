@@ -208,15 +208,12 @@ def _open_input(path: str) -> IO[bytes]:
 
 
 def json_error(e: json.JSONDecodeError, line: str) -> str:
-    """What is wrong with one JSONL line, with the parser's column: a line that ends before its
-    JSON does (a file cut off mid-write) is said to be cut off."""
-    body = line.rstrip()
-    where = f"{e.msg} column {e.colno}" if e.msg.endswith(" at") else \
-        f"{e.msg} at column {e.colno}"
-    if e.pos >= len(body) or e.msg.startswith("Unterminated string"):
-        return f"invalid JSON: the line ends (column {len(body) + 1}) before its JSON does, " \
-               f"cut off?: {where}"
-    return f"invalid JSON: {where}"
+    """One JSONL line's error at the parser's column; a line cut off mid-write is said to be."""
+    where = f"{e.msg.removesuffix(' at')} at column {e.colno}"
+    if e.pos < len(line.rstrip()) and not e.msg.startswith("Unterminated string"):
+        return f"invalid JSON: {where}"
+    return (f"invalid JSON: the line ends (column {len(line.rstrip()) + 1}) before its JSON "
+            f"does, cut off?: {where}")
 
 
 def iter_jsonl(path: str) -> Iterator[tuple[int, Any]]:
@@ -241,9 +238,8 @@ def iter_jsonl(path: str) -> Iterator[tuple[int, Any]]:
                 raise RecordError(f"not valid UTF-8 (byte {e.start + 1})", path, lineno) from None
             if not text.strip():
                 continue
-            text = text.rstrip("\r\n")  # a line cut inside a string then reads as unterminated
-            try:
-                yield lineno, json.loads(text)
+            try:  # without its newline, a line cut inside a string reads as unterminated
+                yield lineno, json.loads(text.rstrip("\r\n"))
             except json.JSONDecodeError as e:
                 raise RecordError(json_error(e, text), path, lineno) from None
     finally:
