@@ -81,6 +81,8 @@ def _add_prmbench(evals: Any) -> None:
              f"it: {prmbench.PAPER}; definition from {prmbench.SOURCE}.")
     q.add_argument("--data", required=True,
                    help="a PRMBench .jsonl file or a folder of them (one per category)")
+    q.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="only the first N solutions of each category (a quick look)")
     add_model_args(q, default_prm=True)
     q.add_argument("--predictions", default=None, metavar="FILE",
                    help="JSONL with id (classification-idx, as prmkit reads PRMBench) and "
@@ -213,7 +215,14 @@ def _run_prmbench(args: argparse.Namespace) -> int:
     _check_output(args.output, args.save_scores)
     if args.random_draws < 1:
         raise PrmkitError(f"--random-draws must be positive, got {args.random_draws}")
+    if args.limit is not None and args.limit < 1:
+        raise PrmkitError(f"--limit must be at least 1, got {args.limit}")
     records = prmbench.load(args.data)
+    if args.limit is not None:  # the first N of each category
+        by_category: dict[Any, list[Any]] = {}
+        for r in records:
+            by_category.setdefault(r.meta.get("classification"), []).append(r)
+        records = [r for rs in by_category.values() for r in rs[:args.limit]]
     info: dict[str, Any]
     if args.model:
         info = {"scored_by": score_with_model(records, args, "prmbench")}
