@@ -114,8 +114,8 @@ def _add_score(sub: Any) -> None:
                         "and a head trained on 800 PRM800K phase-1 records. It is a CPU "
                         "example, not a strong PRM: its ProcessBench dev first-error F1 (17.6, "
                         "threshold tuned) is below the position/length heuristic's (about 29, "
-                        "`prmkit eval processbench`). For real use, pass a public PRM by its hub id (listed "
-                        "above) or a folder of one.")
+                        "`prmkit eval processbench`). For real use, pass a public PRM by its "
+                        "hub id (listed above) or a folder of one.")
     p.add_argument("--token", default=None,
                    help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN, or "
                         "its alias $PRMKIT_SERVE_TOKEN)")
