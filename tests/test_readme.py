@@ -231,7 +231,7 @@ def test_the_quick_start_runs_as_written(tmp_path):
                     ran.append(command)
                     continue
                 assert done.returncode == 2, f"{command}\nexit {done.returncode}\n{out}"
-                assert "download" in out and "--format" not in out, out
+                assert "hf download" in out and "say which step format" not in out, out
             else:
                 assert done.returncode == 0, f"{command}\nexit {done.returncode}\n{out}"
             if command.startswith("curl") and "/get_reward" in command:
