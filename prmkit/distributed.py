@@ -219,13 +219,17 @@ def ray_stream(make_state: StateFactory, work: WorkFn, batches: Iterable[list[Re
     ``make_state`` and ``work`` are sent to the workers, so they must pickle (module-level
     functions, :func:`functools.partial` of them).
     """
-    ray, started = connect(config.ray or "local", config.workers * config.worker_cpus)
+    exits = sigterm_exits()    # from before Ray starts: a SIGTERM then still shuts it down
+    exits.__enter__()
+    try:
+        ray, started = connect(config.ray or "local", config.workers * config.worker_cpus)
+    except BaseException:
+        exits.__exit__(None, None, None)
+        raise
     from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
 
     remote = ray.remote(num_cpus=config.worker_cpus, num_gpus=config.worker_gpus)(_Worker)
     actors: list[Any] = []
-    exits = sigterm_exits(started)
-    exits.__enter__()
     try:
         check_resources(ray, config)
         actors.extend(remote.remote(make_state, work) for _ in range(config.workers))

@@ -225,9 +225,10 @@ def test_a_sigterm_stops_the_local_ray_and_ray_s_auth_warning_is_not_shown(model
                              "--output", str(tmp_path / "o.jsonl"), "--chunk", "1", "--ray",
                              "local", "--workers", "1"], env=env, start_new_session=True,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not (tmp_path / "o.jsonl.partial").exists() and time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read()
+    partial, deadline = tmp_path / "o.jsonl.partial", time.monotonic() + 300
+    while time.monotonic() < deadline and not (partial.exists() and
+                                               len(partial.read_text().splitlines()) > 2):
+        assert proc.poll() is None, proc.stderr.read()   # records are coming back from Ray
         time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     err = proc.communicate(timeout=120)[1]
