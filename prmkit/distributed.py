@@ -20,8 +20,8 @@ Ray already initialised in this process is used. Ray is optional: ``pip install 
 
 A ``local`` instance is this run's own: it is shut down when the run ends, on an error, on
 Ctrl-C and on SIGTERM (:func:`sigterm_exits`; a kill -9 leaves it to Ray's own clean-up). It
-starts with Ray's default token authentication set explicitly, so Ray does not warn about it on
-every run, and with Ray's own log lines at WARNING: neither is something the user can act on.
+starts with Ray's default token authentication and without Ray's warning about it on every
+run, and with Ray's own log lines at WARNING: neither is something the user can act on.
 """
 
 from __future__ import annotations
@@ -163,7 +163,8 @@ def connect(address: str, cpus: float = 0.0) -> tuple[Any, bool]:
         return ray, False
     try:
         if address == "local":
-            os.environ.setdefault("RAY_AUTH_MODE", "token")   # Ray's default, without its warning
+            # Ray's default token authentication for a new local cluster, without its warning
+            logging.getLogger("ray._private.authentication").setLevel(logging.ERROR)
             ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus)), include_dashboard=False,
                      log_to_driver=False, logging_level=logging.WARNING)
         else:
