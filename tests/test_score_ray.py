@@ -210,7 +210,7 @@ def test_sigterm_exits_so_that_clean_up_runs_and_the_handler_comes_back():
 
 @pytest.mark.slow
 def test_a_sigterm_stops_the_local_ray_and_ray_s_auth_warning_is_not_shown(model, tmp_path):
-    """`score --ray local` sent SIGTERM mid-run: it exits 143, and no process of its session
+    """`score --ray local` sent SIGTERM mid-run: it exits through SystemExit, and no process of its session
     (Ray's own, started by the driver) is left a few seconds later; no token-authentication
     warning on the way."""
     import signal
@@ -232,7 +232,9 @@ def test_a_sigterm_stops_the_local_ray_and_ray_s_auth_warning_is_not_shown(model
         time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     err = proc.communicate(timeout=120)[1]
-    assert proc.returncode == 143, err
+    # a SystemExit, not death by the signal (-15): prmkit's handler (143), or Ray's own once
+    # ray.init has put it in place (15); either way the finally clauses and exit hooks ran
+    assert proc.returncode in (143, 15), err
     assert "Token authentication" not in err
     for _ in range(30):                     # Ray's processes share the driver's session
         try:
