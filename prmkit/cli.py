@@ -112,11 +112,12 @@ def _add_score(sub: Any) -> None:
                         "default, smollm2-135m, gemma3-270m. Default: `default`, the small PRM "
                         "shipped in the package: SmolLM2-135M-Instruct with its last layer "
                         "and a head trained on PRM800K and PRMBench train step labels, with "
-                        "the threshold it was tuned for; its card "
-                        "(prmkit/models/default_prm/README.md) gives its figures. It is a CPU "
-                        "example, not a strong PRM. For real use, pass a public PRM")
+                        "the threshold it was tuned for; its model card gives its figures. It "
+                        "is a CPU example, not a strong PRM. For real use, pass a public PRM by "
+                        "its hub id (listed above) or a folder of one.")
     p.add_argument("--token", default=None,
-                   help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN)")
+                   help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN, or "
+                        "its alias $PRMKIT_SERVE_TOKEN)")
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
                         "saved in the model folder. With --backend generative, the verifier's "
@@ -356,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from prmkit.progress import on_terminal
+
+    if not on_terminal():  # a log gets prmkit's progress lines, not transformers' loading bars
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         check_output_is_not_input(args)
         check_inputs_not_empty(args)

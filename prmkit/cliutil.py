@@ -39,10 +39,24 @@ _ROLE = re.compile(r":(?:mod|func|class|meth|data|attr|obj):`~?([^`]+)`")
 _LITERAL = re.compile(r"``([^`]*)``")
 
 
+# Markdown bold, a Python keyword argument where the user passes a flag, and a module path
+_BOLD = re.compile(r"\*\*([^*]+)\*\*")
+_KWARG = re.compile(r"\b([a-z][a-z_]*)=\"([^\"]*)\"")
+_MODULE = r"prmkit(?:\.\s*[A-Za-z_]\w*)+(?:\(\))?"
+_MODULES_ALONE = re.compile(rf"\s*\((?:see )?{_MODULE}(?:(?:,\s*|\s+and\s+){_MODULE})*\)")
+_MODULE_FIRST = re.compile(rf"(?<=\()(?:see )?{_MODULE},\s*")
+_MODULE_LAST = re.compile(rf";\s*(?:see )?{_MODULE}(?=\))")
+
+
 def plain(text: str) -> str:
-    """``text`` without reStructuredText markup: roles and double-backquoted literals become
-    their plain words, as a terminal shows them."""
-    return _LITERAL.sub(r"\1", _ROLE.sub(r"\1", text))
+    """``text`` as a terminal user reads it: reStructuredText roles and literals become their
+    plain words, Markdown bold its words, ``name="value"`` the flag ``--name value``, and a
+    reference to a module in parentheses (which a user cannot act on) is left out."""
+    text = _LITERAL.sub(r"\1", _ROLE.sub(r"\1", text))
+    text = _BOLD.sub(r"\1", text)
+    text = _KWARG.sub(lambda m: f"--{m.group(1).replace('_', '-')} {m.group(2)}", text)
+    text = _MODULES_ALONE.sub("", text)
+    return _MODULE_LAST.sub("", _MODULE_FIRST.sub("", text))
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

@@ -17,14 +17,23 @@ Addresses: ``auto`` joins the cluster running on this machine (``ray start --hea
 starts a private instance for this run; anything else is a cluster address (``HOST:6379`` or
 ``ray://HOST:10001``), whose nodes must have prmkit and the model's dependencies installed. A
 Ray already initialised in this process is used. Ray is optional: ``pip install 'prmkit[ray]'``.
+
+A ``local`` instance is this run's own: it is shut down when the run ends, on an error, on
+Ctrl-C and on SIGTERM (:func:`sigterm_exits`; a kill -9 leaves it to Ray's own clean-up). It
+starts with Ray's default token authentication and without Ray's warning about it on every
+run, and with Ray's own log lines at WARNING: neither is something the user can act on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
+import signal
 import socket
 import sys
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
@@ -154,14 +163,35 @@ def connect(address: str, cpus: float = 0.0) -> tuple[Any, bool]:
         return ray, False
     try:
         if address == "local":
+            # Ray's default token authentication for a new local cluster, without its warning
+            logging.getLogger("ray._private.authentication").setLevel(logging.ERROR)
             ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus)), include_dashboard=False,
-                     log_to_driver=False)
+                     log_to_driver=False, logging_level=logging.WARNING)
         else:
             ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise PrmkitError(f"--ray {address}: cannot start or reach Ray ({why})") from None
     return ray, True
+
+
+@contextlib.contextmanager
+def sigterm_exits(active: bool = True) -> Iterator[None]:
+    """While inside, SIGTERM raises SystemExit (status 143) in the main thread, so that the
+    ``finally`` clauses and Ray's own exit hook run (the default action ends the process at
+    once, leaving a local Ray's processes behind). The former handler comes back after."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def check_resources(ray: Any, config: RayConfig) -> None:
@@ -190,7 +220,13 @@ def ray_stream(make_state: StateFactory, work: WorkFn, batches: Iterable[list[Re
     ``make_state`` and ``work`` are sent to the workers, so they must pickle (module-level
     functions, :func:`functools.partial` of them).
     """
-    ray, started = connect(config.ray or "local", config.workers * config.worker_cpus)
+    exits = sigterm_exits()    # from before Ray starts: a SIGTERM then still shuts it down
+    exits.__enter__()
+    try:
+        ray, started = connect(config.ray or "local", config.workers * config.worker_cpus)
+    except BaseException:
+        exits.__exit__(None, None, None)
+        raise
     from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
 
     remote = ray.remote(num_cpus=config.worker_cpus, num_gpus=config.worker_gpus)(_Worker)
@@ -232,10 +268,13 @@ def ray_stream(make_state: StateFactory, work: WorkFn, batches: Iterable[list[Re
             running[ready].back.add(rec.id)
             yield rec
     finally:
-        for actor in actors:
-            ray.kill(actor)
-        if started:
-            ray.shutdown()
+        try:
+            for actor in actors:
+                ray.kill(actor)
+            if started:
+                ray.shutdown()
+        finally:
+            exits.__exit__(None, None, None)
 
 
 def _replace(dead: Any, error: Exception, running: dict[Any, _Task], again: deque,

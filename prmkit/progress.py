@@ -11,7 +11,9 @@ builds its progress with, in place of ``tqdm(..., disable=None)``; it takes tqdm
       prmkit: score: 120/400 rec (30%), 4.1 rec/s, elapsed 0:00:29, left 0:01:08
       prmkit: train: 40/54 step (74%), 0.52 step/s, elapsed 0:01:16, left 0:00:26, loss=0.4125
 
-  Nothing is printed for a job with nothing to do, or one shorter than the interval.
+  Nothing is printed for a job with nothing to do, or one shorter than the interval. The rate
+  (and so the time left) is measured from the first item done, not from the start: loading a
+  model is not work on the items; until a second item is done no rate nor time left is shown.
 * ``disable=True`` prints nothing either way (a job run inside another that shows its own).
 """
 
@@ -91,6 +93,7 @@ class LogProgress:
         self.desc, self.unit, self.file = desc, unit, file
         self.every = interval() if every is None else every
         self.start = self.last = time.monotonic()
+        self.first: tuple[float, int] | None = None   # (time, count) when the first item was done
         self.printed_n: int | None = None
         self.postfix = ""
         self.closed = False
@@ -99,6 +102,8 @@ class LogProgress:
     def update(self, n: int = 1) -> None:
         self.n += n
         now = time.monotonic()
+        if self.first is None and n > 0:
+            self.first = (now, self.n)
         if now - self.last >= self.every and self.n != self.printed_n:
             self.last = now
             self._print(now)
@@ -154,18 +159,24 @@ class LogProgress:
         """``desc: done/total unit (pct), rate, elapsed, left[, postfix]``."""
         now = time.monotonic() if now is None else now
         elapsed = now - self.start
-        done = self.n - self.initial
-        rate = done / elapsed if elapsed > 0 else 0.0
+        rate = self.rate(now)
         count = f"{self.n}/{self.total}" if self.total is not None else str(self.n)
         parts = [f"{count} {self.unit}" + (f" ({100 * self.n / self.total:.0f}%)"
                                            if self.total else "")]
-        parts.append(f"{rate:.3g} {self.unit}/s" if rate else f"0 {self.unit}/s")
+        if rate:
+            parts.append(f"{rate:.3g} {self.unit}/s")
         parts.append(f"elapsed {_clock(elapsed)}")
         if self.total is not None and rate > 0:
             parts.append(f"left {_clock(max(self.total - self.n, 0) / rate)}")
         if self.postfix:
             parts.append(self.postfix)
         return f"prmkit: {self.desc + ': ' if self.desc else ''}{', '.join(parts)}"
+
+    def rate(self, now: float) -> float:
+        """Items per second since the first item was done (0 until a second one is)."""
+        if self.first is None or now <= self.first[0] or self.n <= self.first[1]:
+            return 0.0
+        return (self.n - self.first[1]) / (now - self.first[0])
 
     def _print(self, now: float) -> None:
         self.printed_n = self.n

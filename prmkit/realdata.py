@@ -21,28 +21,19 @@ import os
 import sys
 import time
 
-from prmkit import answers, formats, select
+from prmkit import formats, select
 from prmkit.errors import PrmkitError
-from prmkit.records import Record, iter_jsonl, write_records
+from prmkit.formats import gsm8k
+from prmkit.formats.options import ConvertOptions
+from prmkit.records import Record, write_records
 from prmkit.shareddata import shared_data_dir
 
-GSM8K_SOLVERS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
+GSM8K_SOLVERS = gsm8k.SOLVERS
 
 
 def gsm8k_candidates(path: str) -> list[Record]:
     """The GSM8K paper's model solutions as candidate records, four per test problem."""
-    out: list[Record] = []
-    for lineno, row in iter_jsonl(path):
-        reference = answers.extract_answer(row["ground_truth"])
-        for solver in GSM8K_SOLVERS:
-            sol = row[solver]["solution"]
-            steps = [s for s in sol.split("\n") if s.strip()]
-            out.append(Record(id=f"gsm8k-{lineno - 1}-{solver}", group=f"gsm8k-{lineno - 1}",
-                              problem=row["question"], steps=steps,
-                              answer=answers.extract_answer(sol), reference=reference,
-                              is_correct=bool(row[solver]["is_correct"]),
-                              meta={"solver": solver}))
-    return out
+    return list(gsm8k.read(path, ConvertOptions()))
 
 
 def run(data: str | None, output: str, score_n: int = 16, bon_problems: int = 100) -> int:

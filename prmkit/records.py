@@ -207,6 +207,15 @@ def _open_input(path: str) -> IO[bytes]:
         raise PrmkitError(f"{path}: cannot open ({e.strerror})") from None
 
 
+def json_error(e: json.JSONDecodeError, line: str) -> str:
+    """One JSONL line's error at the parser's column; a line cut off mid-write is said to be."""
+    where = f"{e.msg.removesuffix(' at')} at column {e.colno}"
+    if e.pos < len(line.rstrip()) and not e.msg.startswith("Unterminated string"):
+        return f"invalid JSON: {where}"
+    return (f"invalid JSON: the line ends (column {len(line.rstrip()) + 1}) before its JSON "
+            f"does, cut off?: {where}")
+
+
 def iter_jsonl(path: str) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, parsed_object)`` for each non-blank line of a JSONL file.
 
@@ -229,10 +238,10 @@ def iter_jsonl(path: str) -> Iterator[tuple[int, Any]]:
                 raise RecordError(f"not valid UTF-8 (byte {e.start + 1})", path, lineno) from None
             if not text.strip():
                 continue
-            try:
-                yield lineno, json.loads(text)
+            try:  # without its newline, a line cut inside a string reads as unterminated
+                yield lineno, json.loads(text.rstrip("\r\n"))
             except json.JSONDecodeError as e:
-                raise RecordError(f"invalid JSON: {e.msg} (column {e.colno})", path, lineno) from None
+                raise RecordError(json_error(e, text), path, lineno) from None
     finally:
         if f is not sys.stdin.buffer:
             f.close()

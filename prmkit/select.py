@@ -12,9 +12,10 @@ Methods:
 ``orm``
     The highest ``meta["outcome_score"]``, an outcome reward model's score (Cobbe et al. 2021).
 ``majority``
-    Self-consistency (Wang et al. 2022): the most frequent final answer, grouped by
-    :func:`prmkit.answers.answer_key`; ``Record.answer``, else extracted from the last step;
-    candidates without an answer do not vote. The first candidate with that answer is chosen.
+    Self-consistency (Wang et al. 2022): the most frequent final answer, grouped by their
+    normalised form (``1,600`` and ``1600`` are one answer); ``Record.answer``, else extracted
+    from the last step; candidates without an answer do not vote. The first candidate with
+    that answer is chosen.
 ``weighted-majority``
     Verifier-weighted voting (Uesato et al. 2022; Li et al. 2023): each answer scores the sum of
     its candidates' PRM scores aggregated by ``weight_by``; its highest-scoring candidate is

@@ -34,6 +34,31 @@ def processbench_file(path, n=12):
     return path
 
 
+def test_processbench_without_model_uses_the_default_prm_and_limit_cuts_each_split(tmp_path, capsys):
+    """As the README says, no --model means the default PRM (as on `prmkit score`); --limit N
+    keeps the first N solutions of each split. --model and --predictions together are refused."""
+    data = tmp_path / "pb"
+    data.mkdir()
+    processbench_file(data / "gsm8k.json", 6)
+    math = processbench_file(data / "math.json", 5)
+    math.write_text(math.read_text().replace('"gsm8k-', '"math-'))
+    out = tmp_path / "r.json"
+    rc = cli.main(["eval", "processbench", "--data", str(data), "--limit", "2", "--dtype",
+                   "float32", "--output", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads(out.read_text())
+    assert {k: v["n"] for k, v in res["model"]["splits"].items()} == {"gsm8k": 2, "math": 2}
+    assert "model: default" in capsys.readouterr().out
+    scored = read_records(str(tmp_path / "r.scores.jsonl"))
+    assert sorted(r.id for r in scored) == ["gsm8k-0", "gsm8k-1", "math-0", "math-1"]
+    for bad, says in ((["--limit", "0"], "--limit must be at least 1"),
+                      (["--model", "default", "--predictions", str(out)], "not both")):
+        rc = cli.main(["eval", "processbench", "--data", str(data), "--output",
+                       str(tmp_path / "x.json"), *bad])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1 and says in err
+
+
 def test_processbench_with_a_model_records_dtype_and_resumes(tmp_path, capsys):
     model = tiny_model(tmp_path / "m")
     data = processbench_file(tmp_path / "gsm8k.json")

@@ -74,6 +74,19 @@ def test_split_without_error_samples_or_correct_samples_or_any():
                                "n_error": 0, "n_correct": 0}
 
 
+def test_a_dash_in_the_table_is_explained_under_it():
+    """Each split with a "-" gets a line saying which kind of solution it lacks."""
+    splits = {"gsm8k": pb.split_metrics([1, 0], [1, 1]).to_dict(),      # errors only
+              "math": pb.split_metrics([-1, -1], [-1, 0]).to_dict(),    # correct only
+              "both": pb.split_metrics([-1, 1], [-1, 1]).to_dict(),
+              "none": pb.split_metrics([], []).to_dict()}
+    assert pb.dash_reasons(splits) == [
+        "-: gsm8k has no solution without one (correct_acc), so no F1",
+        "-: math has no solution with an error (error_acc), so no F1",
+        "-: none has no solution with an error (error_acc) and none without one (correct_acc), "
+        "so no F1"]
+
+
 def test_average_f1_is_the_plain_mean_of_defined_splits():
     res = pb.evaluate({"a": [0, -1], "b": [0, -1, -1, -1], "c": [-1], "d": []},
                       {"a": [0, -1], "b": [0, 0, -1, -1], "c": [-1], "d": []})
@@ -260,8 +273,9 @@ def test_user_errors_are_one_line(shared_data, tmp_path, capsys):
     rc, _, err = run(capsys, "eval", "processbench", "--data", data, "--predictions", short,
                      "--output", tmp_path / "o.json")
     one_line_error(rc, err, f"{short}:1:", "field 'step_scores'", "steps")
-    rc, _, err = run(capsys, "eval", "processbench", "--data", data, "--output", tmp_path / "o.json")
-    one_line_error(rc, err, "--model", "--predictions")
+    rc, _, err = run(capsys, "eval", "processbench", "--data", data, "--model", "default",
+                     "--predictions", short, "--output", tmp_path / "o.json")
+    one_line_error(rc, err, "--model", "--predictions", "not both")
     rc, _, err = run(capsys, "eval", "processbench", "--data", tmp_path / "nope", "--predictions",
                      short, "--output", tmp_path / "o.json")
     one_line_error(rc, err, "no such file or folder")

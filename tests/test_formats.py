@@ -530,6 +530,66 @@ def test_gsm8k_errors(tmp_path, answer, message):
         read_all("gsm8k", p)
 
 
+EMS = {"question": "Tom has 3 bags of 4 apples. How many?",
+       "ground_truth": "3 * 4 = <<3*4=12>>12\nA: 12",
+       "6b_finetuning": {"is_correct": False, "solution": "3 + 4 = 7\n\nA: 7"},
+       "175b_verification": {"is_correct": True, "solution": "3 * 4 = 12\nA: 12"}}
+
+
+def test_gsm8k_model_solutions_read_as_candidates(tmp_path):
+    """The GSM8K paper's example model solutions: one candidate per solver, grouped by line
+    (a user's best-of-N input), through convert's reader and through detection."""
+    from prmkit.formats.detect import detect, read_records
+
+    p = write_lines(tmp_path / "ems.jsonl", [EMS])
+    wrong, right = read_all("gsm8k", p)
+    assert (wrong.id, wrong.group, wrong.meta) == ("gsm8k-0-6b_finetuning", "gsm8k-0",
+                                                   {"solver": "6b_finetuning"})
+    assert (wrong.steps, wrong.answer, wrong.reference, wrong.is_correct, wrong.labels) == (
+        ["3 + 4 = 7", "A: 7"], "7", "12", False, None)
+    assert (right.id, right.answer, right.is_correct) == ("gsm8k-0-175b_verification", "12", True)
+    assert detect(p) == "gsm8k" and read_records(p) == [wrong, right]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"6b_finetuning": None, "175b_verification": None}, "field '6b_finetuning': missing"),
+    ({"6b_finetuning": {"is_correct": True}}, "field '6b_finetuning.solution': missing"),
+    ({"6b_finetuning": {"solution": "x", "is_correct": "yes"}},
+     "field '6b_finetuning.is_correct': expected true or false"),
+])
+def test_gsm8k_model_solutions_errors(tmp_path, change, message):
+    row = {k: v for k, v in {**EMS, **change}.items() if v is not None}
+    p = write_lines(tmp_path / "ems.jsonl", [EMS, row])
+    with pytest.raises(RecordError, match=rf"ems\.jsonl:2: {message}"):
+        read_all("gsm8k", p)
+
+
+def test_a_json_list_given_to_a_jsonl_layout_is_a_layout_error(tmp_path):
+    """ProcessBench's .json list read --from gsm8k: the layout is wrong, not the JSON."""
+    p = tmp_path / "gsm8k.json"
+    p.write_text(json.dumps([{"id": "gsm8k-0", "problem": "p", "steps": ["a"], "label": -1}],
+                            indent=2))
+    with pytest.raises(PrmkitError) as info:
+        read_all("gsm8k", p)
+    msg = str(info.value)
+    assert msg.startswith(f"{p}: one JSON list, not the gsm8k layout; its first record has "
+                          f"id, label, problem, steps (ProcessBench's layout: use --from "
+                          f"processbench). Expected GSM8K, JSONL: question, answer")
+    assert "invalid JSON" not in msg and "column" not in msg
+    assert [r.id for r in read_all("processbench", p)] == ["gsm8k-0"]  # it reads lists
+
+
+@needs_data
+def test_real_gsm8k_model_solutions():
+    path = DATA / "gsm8k" / "example_model_solutions.jsonl"
+    rows = jsonl(path)
+    records = read_all("gsm8k", path)
+    assert len(records) == 4 * len(rows)
+    assert [r.is_correct for r in records] == [row[s]["is_correct"] for row in rows
+                                               for s in formats.gsm8k.SOLVERS]
+    assert records[0].reference == "18" and len({r.group for r in records}) == len(rows)
+
+
 def test_math_steps_and_fields(tmp_path):
     p = write_lines(tmp_path / "m.jsonl", [
         {"problem": "p", "solution": "First.\nStill first.\n\nSecond $\\boxed{2}$.",

@@ -71,6 +71,30 @@ def test_label_mc_on_the_lab_policy(tmp_path, lab_solutions, capsys):
     assert read_records(str(out)) == recs
 
 
+def test_label_mc_with_no_usable_label_says_all_n_of_n_and_exits_non_zero(tmp_path, lab_solutions,
+                                                                           capsys):
+    """Every rollout fails when the reference column holds something else than the final answer
+    (here the whole reference solution): one line, "all N of N", the reference named, exit 2;
+    the labels are still written. One record with a right rollout is enough to pass."""
+    rows = [json.loads(x) for x in lab_solutions.read_text().splitlines()]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps({**r, "reference": "The answer is " + r["reference"] + " and "
+                                       "more words."}) + "\n" for r in rows))
+    capsys.readouterr()
+    rc = cli.main(["label", "mc", "--policy", "lab", "--input", str(bad), "--rollouts", "2",
+                   "--output", str(tmp_path / "mc.jsonl")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and "Traceback" not in "\n".join(err)
+    assert err[-1].startswith(f"prmkit: all {len(rows)} of {len(rows)} records: no rollout")
+    assert "reference column" in err[-1]
+    assert len(read_records(str(tmp_path / "mc.jsonl"))) == len(rows)
+    half = tmp_path / "half.jsonl"
+    half.write_text("".join(json.dumps(r if i == 0 else {**r, "reference": "no such answer"}) + "\n"
+                            for i, r in enumerate(rows)))
+    assert cli.main(["label", "mc", "--policy", "lab", "--input", str(half), "--rollouts", "8",
+                     "--output", str(tmp_path / "mc2.jsonl")]) == 0
+
+
 def test_label_mc_refuses_a_record_without_reference(tmp_path, capsys):
     path = tmp_path / "s.jsonl"
     path.write_text(json.dumps({"id": "a", "problem": "p", "steps": ["x"], "reference": "1"}) + "\n"

@@ -176,6 +176,12 @@ def test_auth_header_and_401_message():
 
 
 def test_token_from_environment(server, monkeypatch):
+    """One name on both sides: the server and its clients read $PRMKIT_TOKEN, and both take
+    $PRMKIT_SERVE_TOKEN as its alias."""
+    monkeypatch.delenv("PRMKIT_TOKEN", raising=False)
+    monkeypatch.setenv("PRMKIT_SERVE_TOKEN", "alias")
+    client(server.url).score(PROBLEMS[:1], STEPS[:1])
+    assert server.score_posts()[-1]["auth"] == "Bearer alias"
     monkeypatch.setenv("PRMKIT_TOKEN", "from-env")
     client(server.url).score(PROBLEMS[:1], STEPS[:1])
     assert server.score_posts()[-1]["auth"] == "Bearer from-env"

@@ -39,3 +39,8 @@ def test_scoring_a_public_prm_by_name_stops_at_the_download_not_the_format(name,
     err = capsys.readouterr().err
     assert rc == 2 and "cannot be downloaded" in err and name in err
     assert "prmkit_format.json" not in err and "Traceback" not in err
+    # the whole path: a download tool that the pinned huggingface_hub installs, then the command
+    # that scores the folder with the model's own format (and its own code where it needs it)
+    assert f"`hf download {name} --local-dir DIR`" in err and "huggingface-cli" not in err
+    remote = " --trust-remote-code" if name.startswith("Qwen/") else ""
+    assert f"`prmkit score --model DIR --format {format_for(name)}{remote}`" in err

@@ -17,8 +17,8 @@ from prmkit.progress import LogProgress, progress
 from prmkit.records import Record, write_records
 
 ROOT = Path(__file__).resolve().parent.parent
-LINE = re.compile(r"^prmkit: (?P<desc>[^:]+): (?P<n>\d+)/(?P<total>\d+) \w+ \(\d+%\), "
-                  r"[\d.e+-]+ \w+/s, elapsed \d:\d\d:\d\d(, left \d:\d\d:\d\d)?")
+LINE = re.compile(r"^prmkit: (?P<desc>[^:]+): (?P<n>\d+)/(?P<total>\d+) \w+ \(\d+%\)"
+                  r"(, [\d.e+-]+ \w+/s)?, elapsed \d:\d\d:\d\d(, left \d:\d\d:\d\d)?")
 
 
 def progress_lines(text: str, desc: str) -> list[re.Match]:
@@ -49,6 +49,36 @@ def test_a_log_gets_lines_and_a_terminal_gets_the_bar(monkeypatch):
     with progress(total=2, disable=True, file=silent) as bar:
         bar.update(2)
     assert silent.getvalue() == ""
+
+
+def test_the_rate_and_time_left_start_at_the_first_item_not_at_the_model_load(monkeypatch):
+    """100 s of loading, then an item a second: no rate nor time left after the first item;
+    then 1 item/s and the exact time left, not a rate diluted by the load."""
+    clock = [0.0]
+    monkeypatch.setattr("prmkit.progress.time.monotonic", lambda: clock[0])
+    out = io.StringIO()
+    bar = LogProgress(total=10, desc="score", unit="rec", file=out, every=0)
+    clock[0] = 100.0
+    bar.update(1)
+    for _ in range(3):
+        clock[0] += 1
+        bar.update(1)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "prmkit: score: 1/10 rec (10%), elapsed 0:01:40"
+    assert lines[-1] == "prmkit: score: 4/10 rec (40%), 1 rec/s, elapsed 0:01:43, left 0:00:06"
+    assert all(LINE.match(line) for line in lines)
+
+
+def test_a_log_gets_no_loading_bars_from_transformers(tmp_path):
+    """Off a terminal, prmkit turns off the hub's and transformers' tqdm bars (their "Loading
+    weights" lines would fill a log)."""
+    code = ("import os, sys; from prmkit import cli; "
+            "cli.main(['lab', 'problems', '--n', '1', '--output', sys.argv[1]]); "
+            "print('BARS-OFF' if os.environ.get('HF_HUB_DISABLE_PROGRESS_BARS') == '1' else 'ON')")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.jsonl")], env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert "BARS-OFF" in done.stdout, done.stdout + done.stderr
 
 
 def test_the_interval_is_steady(monkeypatch):

@@ -70,7 +70,7 @@ def test_python_examples_run(block):
 
 def test_every_prmkit_command_in_the_readme_parses():
     names = re.findall(r"^prmkit ([a-z-]+(?: [a-z-]+)?)", SHELL, re.M)
-    assert len(names) >= 12
+    assert len(names) >= 11
     top = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     for command in names:
         name, _, sub = command.partition(" ")
@@ -84,7 +84,7 @@ def test_every_prmkit_command_line_in_the_readme_is_accepted_whole():
     """Options too, not only the command names: each `prmkit ...` line (continuations joined)
     goes through the real argument parser."""
     lines = [c for c in commands(SHELL) if c.startswith("prmkit ")]
-    assert len(lines) >= 12
+    assert len(lines) >= 11
     parser = build_parser()
     bad = []
     for line in lines:
@@ -119,6 +119,19 @@ def test_every_prmkit_command_line_in_the_docs_is_accepted_whole(page):
 
 # ---------------------------------------------------------------------------------------------
 # the quick start, run
+
+
+def test_the_quick_start_s_wait_loop_ends_when_the_server_could_not_start():
+    """The loop that waits for /health stops when `prmkit serve` has exited (a taken port)
+    instead of spinning forever."""
+    loop = next(c for c in commands(QUICK_START.group(1)) if "/health" in c)
+    assert loop.startswith("for ") and "kill -0 %1" in loop
+    loop = loop.replace(SERVER_URL, f"http://127.0.0.1:{free_port()}")
+    start = time.monotonic()
+    done = subprocess.run(["bash", "-c", f"set -m; (sleep 0.5; exit 1) & {loop}"],
+                          capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - start < 20
+    assert "prmkit serve did not start" in done.stdout
 
 
 def free_port() -> int:
@@ -191,7 +204,7 @@ def test_the_quick_start_runs_as_written(tmp_path):
                                           text=True)
                 ran.append(command)
                 continue
-            if command.startswith("until ") and "/health" in command:
+            if command.startswith(("until ", "for ")) and "/health" in command:
                 assert server is not None, "the README polls /health before starting a server"
                 health = wait_for_health(url, server)
                 assert health["status"] == "ok"
@@ -218,7 +231,7 @@ def test_the_quick_start_runs_as_written(tmp_path):
                     ran.append(command)
                     continue
                 assert done.returncode == 2, f"{command}\nexit {done.returncode}\n{out}"
-                assert "download" in out and "--format" not in out, out
+                assert "hf download" in out and "say which step format" not in out, out
             else:
                 assert done.returncode == 0, f"{command}\nexit {done.returncode}\n{out}"
             if command.startswith("curl") and "/get_reward" in command:

@@ -260,6 +260,22 @@ def test_invalid_json_names_file_and_line(tmp_path):
         next(it)
 
 
+@pytest.mark.parametrize("text, says", [
+    ('{"id": "c", "prob', "the line ends (column 18) before its JSON does, cut off?: "
+                          "Unterminated string starting at column 13"),
+    ('{"id": "c", "steps": ["x"]', "the line ends (column 27) before its JSON does, cut off?: "
+                                   "Expecting ',' delimiter at column 27"),
+    ('{"id": "c",, "steps": []}', "Expecting property name enclosed in double quotes at "
+                                  "column 12"),
+])
+def test_invalid_json_gives_the_parser_s_column_and_says_a_cut_line(tmp_path, text, says):
+    """A line cut off mid-write (no newline inside the message, the parser's own column)."""
+    path = write_lines(tmp_path / "in.jsonl", [line(id="a"), text])
+    with pytest.raises(RecordError) as info:
+        read_records(path)
+    assert str(info.value) == f"{path}:2: invalid JSON: {says}"
+
+
 def test_invalid_json_after_blank_lines_counts_blank_lines(tmp_path):
     path = write_lines(tmp_path / "in.jsonl", ["", line(), "", "nope"])
     with pytest.raises(RecordError, match=r"in\.jsonl:4: invalid JSON"):

@@ -73,6 +73,7 @@ def test_rewards_hand_worked():
 
 def test_loopback_and_token_rules(monkeypatch):
     monkeypatch.delenv("PRMKIT_SERVE_TOKEN", raising=False)
+    monkeypatch.delenv("PRMKIT_TOKEN", raising=False)
     for host in ("127.0.0.1", "127.8.9.1", "::1", "[::1]", "localhost"):
         assert is_loopback(host), host
     for host in ("0.0.0.0", "::", "10.0.0.1", "example.org", "192.168.1.2"):
@@ -81,8 +82,10 @@ def test_loopback_and_token_rules(monkeypatch):
     with pytest.raises(PrmkitError, match="needs a token"):
         ServeConfig(host="0.0.0.0")
     assert ServeConfig(host="0.0.0.0", token="s3cret").token == "s3cret"
-    monkeypatch.setenv("PRMKIT_SERVE_TOKEN", "from-env")
+    monkeypatch.setenv("PRMKIT_SERVE_TOKEN", "from-env")   # the alias
     assert ServeConfig(host="0.0.0.0").token == "from-env"
+    monkeypatch.setenv("PRMKIT_TOKEN", "one-name")          # the name clients read wins
+    assert ServeConfig(host="0.0.0.0").token == "one-name"
     with pytest.raises(PrmkitError, match="whitespace"):
         ServeConfig(token="two words")
 

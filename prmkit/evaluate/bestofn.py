@@ -4,12 +4,12 @@ The protocol of Lightman et al. 2023, "Let's Verify Step by Step" (arXiv:2305.20
 on best-of-N search: for each N, many random subsets of N candidates are drawn per problem
 (without replacement, from that problem's candidates), a method picks one candidate from each
 subset, and the accuracy is averaged over the draws. The methods are those of
-:mod:`prmkit.select` (same rules, same tie-breaking, applied to the subset in its random draw
+``prmkit select`` (same rules, same tie-breaking, applied to the subset in its random draw
 order, so ties fall at random), plus the oracle (pass@N: any correct candidate in the subset).
 
 Definitions:
 
-- problems are the groups of :func:`prmkit.select.groups` (``Record.group``);
+- problems are the records' groups (``Record.group``);
 - every candidate needs ``is_correct``; a method is skipped when some candidate lacks what it
   reads (``orm``: ``meta.outcome_score``; ``prm-*`` and ``weighted-majority``: ``step_scores``)
   and the results say which were skipped and why;

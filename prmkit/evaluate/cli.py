@@ -51,7 +51,9 @@ def _add_processbench(evals: Any) -> None:
     q.add_argument("--data", required=True,
                    help="a folder with gsm8k.json, math.json, olympiadbench.json, omnimath.json "
                         "(as shipped), or one such file")
-    add_model_args(q)
+    q.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="only the first N solutions of each split (a quick look)")
+    add_model_args(q, default_prm=True)
     q.add_argument("--predictions", default=None, metavar="FILE",
                    help="JSONL with id and first_error (int) or step_scores (list) per sample, "
                         "instead of --model (e.g. the output of `prmkit score`)")
@@ -65,7 +67,7 @@ def _add_processbench(evals: Any) -> None:
     q.add_argument("--heuristic-train", default=None, metavar="FILE",
                    help="labelled records to fit the position/length heuristic on: prmkit JSONL "
                         "with labels or first_error, or ProcessBench .json / folder. Default: "
-                        "the calibration split, else leave one split out")
+                        "the calibration split, else leave one split out.")
     q.add_argument("--random-draws", type=int, default=100,
                    help="draws of the random baseline (its figures are the mean)")
     q.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
@@ -81,7 +83,9 @@ def _add_prmbench(evals: Any) -> None:
              f"it: {prmbench.PAPER}; definition from {prmbench.SOURCE}.")
     q.add_argument("--data", required=True,
                    help="a PRMBench .jsonl file or a folder of them (one per category)")
-    add_model_args(q)
+    q.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="only the first N solutions of each category (a quick look)")
+    add_model_args(q, default_prm=True)
     q.add_argument("--predictions", default=None, metavar="FILE",
                    help="JSONL with id (classification-idx, as prmkit reads PRMBench) and "
                         "step_scores, instead of --model")
@@ -177,7 +181,9 @@ def _run_processbench(args: argparse.Namespace) -> int:
     config = processbench.ProcessBenchConfig(
         threshold=threshold, calibrate_on=args.calibrate_on,
         random_draws=args.random_draws, seed=args.seed)
-    splits = processbench.load_splits(args.data)
+    if args.limit is not None and args.limit < 1:
+        raise PrmkitError(f"--limit must be at least 1, got {args.limit}")
+    splits = {k: rs[:args.limit] for k, rs in processbench.load_splits(args.data).items()}
     records = [r for rs in splits.values() for r in rs]
     train = _read_training(args.heuristic_train) if args.heuristic_train else None
     info: dict[str, Any]
@@ -219,7 +225,14 @@ def _run_prmbench(args: argparse.Namespace) -> int:
     _check_output(args.output, args.save_scores)
     if args.random_draws < 1:
         raise PrmkitError(f"--random-draws must be positive, got {args.random_draws}")
+    if args.limit is not None and args.limit < 1:
+        raise PrmkitError(f"--limit must be at least 1, got {args.limit}")
     records = prmbench.load(args.data)
+    if args.limit is not None:  # the first N of each category
+        by_category: dict[Any, list[Any]] = {}
+        for r in records:
+            by_category.setdefault(r.meta.get("classification"), []).append(r)
+        records = [r for rs in by_category.values() for r in rs[:args.limit]]
     info: dict[str, Any]
     if args.model:
         info = {"scored_by": score_with_model(records, args, "prmbench")}
@@ -313,10 +326,14 @@ def _write_bytes(path: str, data: bytes) -> None:
         raise PrmkitError(f"{path}: cannot write ({e.strerror})") from None
 
 
-def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
-    """The options that load and run a PRM (the same as ``prmkit score``)."""
+def add_model_args(p: argparse.ArgumentParser, required: bool = False,
+                   default_prm: bool = False) -> None:
+    """The options that load and run a PRM (the same as ``prmkit score``); ``default_prm``: no
+    --model (and no --predictions) means the default PRM."""
     p.add_argument("--model", required=required, default=None,
-                   help="a model folder (safetensors), a default model name, or a hub id")
+                   help="a model folder (safetensors), a default model name, or a hub id" +
+                        ("; default: the trained default PRM shipped in the package, unless "
+                         "--predictions is given" if default_prm else ""))
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
                         "saved in the model folder. With --backend generative, the verifier's "
@@ -331,5 +348,5 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
                    help="where the scored records go, written as they finish to FILE.partial; "
                         "rerunning the same command after a kill resumes there. Default: the "
                         "--output name with .scores.jsonl instead of .json. FILE can be given "
-                        "to --predictions or `prmkit report` later")
+                        "to --predictions or `prmkit report` later.")
     add_scale_options(p)

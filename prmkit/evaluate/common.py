@@ -184,10 +184,15 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
 
 
 def check_model_or_predictions(args: argparse.Namespace) -> None:
-    """Exactly one of --model and --predictions; with a model, where the scores are saved."""
-    if bool(args.model) == bool(args.predictions):
+    """At most one of --model and --predictions (neither: the default PRM, as on ``prmkit
+    score``); with a model, where the scores are saved."""
+    if args.model and args.predictions:
         raise PrmkitError("give either --model (to score the data) or --predictions FILE "
-                          "(scores made elsewhere), not both and not neither")
+                          "(scores made elsewhere), not both")
+    if not args.predictions:
+        from prmkit.models.pypi import DEFAULT_PRM
+
+        args.model = args.model or DEFAULT_PRM
     if args.model and not args.save_scores and args.output != "-":
         stem = args.output[:-5] if args.output.endswith(".json") else args.output
         args.save_scores = stem + ".scores.jsonl"

@@ -326,6 +326,8 @@ def print_results(res: dict[str, Any], name: str) -> None:
                     + [pct(c["splits"][s]["f1"]) for _, c in cols])
     rows.append(["average F1", "", "", ""] + [pct(c["average_f1"]) for _, c in cols])
     print_table(["split", "n", "error_acc", "correct_acc"] + [f"F1 {k}" for k, _ in cols], rows)
+    for line in dash_reasons(res["model"]["splits"]):
+        print(line)
     print(f"model: {name}" + _scored_by(res))
     t = res["threshold"]
     if res["calibration"]:
@@ -341,6 +343,19 @@ def print_results(res: dict[str, Any], name: str) -> None:
               f"(average F1 {pct(res['model']['average_f1'])} <= "
               f"{pct(b['position_length']['average_f1'])}): it has learned nothing about "
               f"which steps are wrong beyond where they are and how long they are.")
+
+
+def dash_reasons(splits: dict[str, Any]) -> list[str]:
+    """Why a cell of the table is "-": a split without solutions of one kind has no accuracy
+    on that kind, and so no F1 (the harmonic mean of the two accuracies)."""
+    out = []
+    for s, m in splits.items():
+        lacks = [f"{kind} ({acc})" for kind, acc in (("with an error", "error_acc"),
+                                                      ("without one", "correct_acc"))
+                 if m[acc] is None]
+        if lacks:
+            out.append(f"-: {s} has no solution {' and none '.join(lacks)}, so no F1")
+    return out
 
 
 def _scored_by(res: dict[str, Any]) -> str:

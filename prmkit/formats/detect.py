@@ -4,8 +4,8 @@
 JSONL file, a ``datasets`` folder (``save_to_disk``), an Arrow or Parquet file, or
 ``hf:NAME[:CONFIG][:SPLIT]`` (:mod:`prmkit.tables`); the layout is recognised by its columns
 (:func:`detect`): prmkit records, Math-Shepherd, PRM800K (raw or one row per step),
-ProcessBench, PRMBench or TRL stepwise supervision, each read by its converter in
-:mod:`prmkit.formats`, so a table converts to the same records as its JSONL form. Errors name
+ProcessBench, PRMBench, TRL stepwise supervision or GSM8K's model solutions, each read by its
+converter in :mod:`prmkit.formats`, so a table converts to the same records as its JSONL form. Errors name
 the line or the row, and the column.
 """
 
@@ -29,9 +29,11 @@ LAYOUTS: list[tuple[str, frozenset[str]]] = [
     ("trl", frozenset({"prompt", "completions"})),
     ("math-shepherd", frozenset({"input", "label"})),
     ("prm800k", frozenset({"question", "label"})),
+    ("gsm8k", frozenset({"question", "ground_truth"})),  # the GSM8K paper's model solutions
 ]
 NAMES = {"prmkit": "prmkit records", "prm800k": "PRM800K", "prmbench": "PRMBench",
-         "processbench": "ProcessBench", "trl": "TRL stepwise", "math-shepherd": "Math-Shepherd"}
+         "processbench": "ProcessBench", "trl": "TRL stepwise", "math-shepherd": "Math-Shepherd",
+         "gsm8k": "GSM8K model solutions"}
 
 
 def columns_of(path: str) -> list[str] | None:

@@ -18,6 +18,13 @@ solution, so answer = reference, is_correct = true and every step is labelled 1.
 present, else ``gsm8k-N`` (N = line number - 1, the problem's index in the file). Any other
 field goes to ``meta``.
 
+The model solutions the paper released (``example_model_solutions.jsonl``: ``question``,
+``ground_truth`` and one object ``{"solution", "is_correct"}`` per solver, ``6b_finetuning``,
+``6b_verification``, ``175b_finetuning``, ``175b_verification``) read as candidates, one record
+per solver: id ``gsm8k-N-SOLVER``, group ``gsm8k-N``, steps = the solution's non-empty lines,
+answer and reference extracted from the solution and ``ground_truth`` (``A: N``), is_correct
+as released, no step labels, meta ``{"solver": SOLVER}``.
+
 Writing: ``question`` = problem; ``answer`` = the steps joined by newlines, then
 ``\\n#### `` and the record's answer (or its reference when it has none). For records read
 from GSM8K this reproduces the original line.
@@ -38,19 +45,51 @@ if TYPE_CHECKING:
 HELP = ("GSM8K, JSONL: question, answer (reasoning lines, then '#### N'). Steps = the "
         "non-empty lines before '####' (calculator annotations <<a*b=c>> kept unless "
         "--strip-calculator); reference = answer = N as written; a reference solution, so "
-        "is_correct true and every label 1. Id gsm8k-N (N = line - 1) unless an id field exists.")
+        "is_correct true and every label 1. Id gsm8k-N (N = line - 1) unless an id field exists. "
+        "The paper's model solutions (question, ground_truth, one {solution, is_correct} per "
+        "solver) read as one candidate per solver: id gsm8k-N-SOLVER, group gsm8k-N.")
 
 _MARK = "####"
 _CALCULATOR = re.compile(r"<<[^<>]*>>")
 _AUTO_ID = re.compile(r"gsm8k-\d+")
 
 
+SOLVERS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
+
+
 def read(path: str, options: ConvertOptions) -> Iterator[Record]:
     for lineno, obj in iter_jsonl(path):
         try:
-            yield _record(obj, path, lineno, options.strip_calculator)
+            if isinstance(obj, dict) and "ground_truth" in obj and "answer" not in obj:
+                yield from candidates(obj, path, lineno)
+            else:
+                yield _record(obj, path, lineno, options.strip_calculator)
         except RecordError as e:
             raise e.at(path, lineno) from None
+
+
+def candidates(obj: Any, path: str, lineno: int) -> list[Record]:
+    """One line of the released model solutions: a candidate record per solver."""
+    from prmkit.answers import extract_answer
+
+    question = get(obj, "question", str)
+    reference = extract_answer(get(obj, "ground_truth", str))
+    solvers = [s for s in SOLVERS if s in obj]
+    if not solvers:
+        raise RecordError(f"missing: a line of model solutions holds one of "
+                          f"{', '.join(SOLVERS)}", field=SOLVERS[0])
+    base = get(obj, "id", (str, int), required=False)
+    base = str(base) if base is not None else f"gsm8k-{lineno - 1}"
+    out = []
+    for solver in solvers:
+        solution = get(obj[solver], "solution", str, what=f"{solver}.")
+        correct = get(obj[solver], "is_correct", bool, what=f"{solver}.")
+        steps = [line for line in solution.split("\n") if line.strip()]
+        out.append(build(path, lineno, {"steps": f"{solver}.solution"}, id=f"{base}-{solver}",
+                         group=base, problem=question, steps=steps,
+                         answer=extract_answer(solution), reference=reference,
+                         is_correct=correct, meta={"solver": solver}))
+    return out
 
 
 def split_answer(text: str) -> tuple[list[str], str]:

@@ -20,7 +20,7 @@ class ConvertOptions:
 
     prm800k_neutral: float | None = field(default=1.0, metadata=_help(
         "label for a PRM800K rating of 0 (neutral). Let's Verify Step by Step counted neutral "
-        "steps as correct (1); use 0 to count them as wrong, or null to leave them unlabelled"))
+        "steps as correct (1); use 0 to count them as wrong, or null to leave them unlabelled."))
     soft_threshold: float = field(default=0.5, metadata=_help(
         "when writing a hard-label format (TRL true/false, Math-Shepherd +/-, PRM800K -1/1) "
         "from float labels: a label >= this is correct"))
@@ -34,7 +34,7 @@ class ConvertOptions:
         "PRM800K: besides each labelling session's path, one record per rated alternative "
         "step: the path up to that step, then the alternative as the last step (the "
         "trl-lib/prm800k expansion). Phase-1 paths hold almost no wrong step; the wrong "
-        "steps are among the alternatives"))
+        "steps are among the alternatives."))
     skip_empty: bool = field(default=False, metadata=_help(
         "PRM800K: leave out labelling sessions with no step to keep (the labeller rated and "
         "chose nothing), with a warning that counts them; by default such a session is an "
@@ -42,7 +42,7 @@ class ConvertOptions:
     prmbench_later_steps: float | None = field(default=None, metadata=_help(
         "PRMBench: label for steps after the first error that are not error steps. Default "
         "null (unlabelled, as ProcessBench and PRM800K); PRMBench's own evaluation counts "
-        "them as correct, which is 1"))
+        "them as correct, which is 1."))
 
     def __post_init__(self) -> None:
         for name in ("prm800k_neutral", "prmbench_later_steps"):

@@ -22,7 +22,7 @@ __all__ = ["BACKENDS", "POLICY_HELP", "add_generate", "add_policy_options", "def
            "load_policy", "policy_options"]
 POLICY_HELP = ("default model name (smollm2-135m, gemma3-270m), model folder, hub id, .gguf file "
                "(llamacpp), server model name (openai), or lab / lab:SLIP for the lab world's "
-               "synthetic policy (prmkit.lab; instant, with a known slip rate per step)")
+               "synthetic policy (instant, with a known slip rate per step)")
 
 
 def add_policy_options(p: argparse.ArgumentParser) -> None:
@@ -31,7 +31,8 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
     to be defined by the job."""
     p.add_argument("--backend", default="hf", choices=BACKENDS, help="how the policy runs")
     p.add_argument("--prompt-style", default=None, choices=list(STYLES),
-                   help="how the policy is prompted; default: by model (see above)")
+                   help="how the policy is prompted; default: chat for smollm2-135m and a "
+                        "model with a chat template, few-shot for gemma3-270m and one without")
     add_dtype_option(p, help="hf/vllm weights; auto = bfloat16 where native, else float32")
     p.add_argument("--device", default="cpu", help="hf: cpu, cuda, cuda:1, ...")
     p.add_argument("--batch-size", type=int, default=8, help="hf: sequences decoded together")

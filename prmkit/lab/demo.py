@@ -79,7 +79,7 @@ class DemoConfig:
                 "tag) or label-tokens"})
     calculator: bool = field(default=True, metadata={
         "help": "the PRM and the ORM read a calculator's checks: the value after every wrong "
-                "equation of a step ('= 9 [calculator: 8]', prmkit.calculator; train prm "
+                "equation of a step ('= 9 [calculator: 8]'; as train prm "
                 "--calculator)"})
     prm_last_k: int = field(default=0, metadata={
         "help": "the PRM's trained transformer layers (0: its head alone on the frozen body, "
@@ -104,11 +104,11 @@ class DemoConfig:
     search_problems: int = field(default=0, metadata={
         "help": "test problems for beam search, the first ones of the test set (0: all). "
                 "Beam search against best-of-4B is a non-inferiority claim with a margin of "
-                "--margin points"})
+                "--margin points."})
     beam_n: int = field(default=8, metadata={
         "help": "beam search width B (candidates per step), compared with best-of-N at 4B "
                 "candidates (the test candidates, and more samples when 4B > --n). With B = M "
-                "one beam survives each step"})
+                "one beam survives each step."})
     beam_m: int = field(default=4, metadata={
         "help": "beam search: next steps sampled per kept beam (B / M beams are kept; M=4 is "
                 "search-and-learn's beam width)"})

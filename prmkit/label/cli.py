@@ -1,4 +1,4 @@
-"""``prmkit label``: automatic step labels, the command-line layer over :mod:`prmkit.label`.
+"""``prmkit label``: automatic step labels (Monte Carlo rollouts, an LLM judge, their consensus).
 
     prmkit label mc --policy P --input solutions.jsonl --rollouts 8 --strategy binary --output mc.jsonl
     prmkit label judge --judge M --input solutions.jsonl --output judge.jsonl
@@ -158,7 +158,7 @@ def _labeler(args: argparse.Namespace, name: str, label_fn: Callable[..., Iterat
 
 def _run_mc(args: argparse.Namespace) -> int:
     from prmkit.label.job import run_job
-    from prmkit.label.mc import MCConfig, label_mc
+    from prmkit.label.mc import MCConfig, check_some_signal, label_mc
 
     config = MCConfig(rollouts=args.rollouts, mode=args.mode, strategy=args.strategy,
                       threshold=args.threshold, last_step=args.last_step,
@@ -175,6 +175,7 @@ def _run_mc(args: argparse.Namespace) -> int:
           f"{args.mode}, K={args.rollouts}): {wrong} with a first error, {len(rows) - wrong} all "
           f"right; {spent} rollouts ({spent / len(rows):.1f} per record) -> {args.output}",
           file=sys.stderr)
+    check_some_signal(rows, args.input)
     return 0
 
 

@@ -9,9 +9,9 @@ than Monte Carlo estimation alone.
 
 The prompt is ProcessBench's critique template: the problem, then the steps as paragraphs
 ``<paragraph_i> ... </paragraph_i>`` numbered from 0, then the task. A chat model gets it as the
-one user message of its chat template; a model without one gets the text as it is. Any
-:class:`prmkit.generate.base.Generator` can judge: a local model, or a big model on a vLLM or
-SGLang server through the ``openai`` backend.
+one user message of its chat template; a model without one gets the text as it is. Any policy
+that ``--backend`` runs can judge: a local model, or a big model on a vLLM or SGLang server
+through the ``openai`` backend.
 
 The verdict of one output is the integer in its last ``\\boxed{...}``; it must be -1 or a step
 index. An output without one, or with another value, is *unparseable*: it is counted (per

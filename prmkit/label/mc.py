@@ -37,8 +37,8 @@ Strategies; ``first_error`` is the first step judged wrong, -1 when none is:
 
 ``meta["mc"]`` stores the settings and, per step, ``correct`` (right rollouts) and ``samples``
 (rollouts behind it; null where not probed), plus ``probes`` (in order), ``rollouts_spent`` (the
-free own answer not counted) and ``tokens``, so :func:`relabel` recomputes labels for another
-mode or threshold without new rollouts.
+free own answer not counted) and ``tokens``: labels for another mode or threshold can be
+recomputed from the record alone, without new rollouts.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class MCConfig:
     strategy: str = field(default="per-step", metadata={
         "help": "per-step: probe every step (labels = values); linear-stop: probe in order up to "
                 "the first wrong step; binary: find the first wrong step by bisection (OmegaPRM). "
-                "The last two label 1 before the first error, 0 at it, null after"})
+                "The last two label 1 before the first error, 0 at it, null after."})
     threshold: float = field(default=0.0, metadata={
         "help": "a probed step is wrong when its value is at most this (in [0, 1)); 0 = no "
                 "rollout reached the answer"})
@@ -286,6 +286,20 @@ def summarise_no_signal(silent: list[str]) -> None:
         log.warning("%d records in all had no rollout reach their reference answer (the first "
                     "%d named above; the last: %r); their step labels are all 0", len(silent),
                     WARN_RECORDS, silent[-1])
+
+
+def check_some_signal(rows: list[dict[str, Any]], source: str) -> None:
+    """Refuse (after the output is written) a run in which no record got a usable label: no
+    rollout of any record reached its reference answer, so every label is 0. The likely cause
+    is the reference column, not the policy."""
+    silent = [r for r in rows if not any(c for c in r["meta"]["mc"]["correct"] if c)]
+    if rows and len(silent) == len(rows):
+        example = rows[0].get("reference")
+        raise PrmkitError(f"all {len(rows)} of {len(rows)} records: no rollout reached the "
+                          f"reference answer, so every label is 0 and none is usable. Likely "
+                          f"cause: the reference column of {source} (the first is "
+                          f"{str(example)[:60]!r}; it should be the final answer alone, as the "
+                          f"policy's answers are graded against it)")
 
 
 def _roll_out(generator: Generator, prompter: Prompter, config: MCConfig,

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 from prmkit.errors import PrmkitError
-from prmkit.stepformat import FORMAT_FILE, StepFormat, get_format
+from prmkit.stepformat import FORMAT_FILE, PRESETS, StepFormat, get_format
 
 BASE_FILE = "prmkit_base.json"
 DELTA_FILE = "prmkit_delta.safetensors"
@@ -189,8 +190,20 @@ def check_hub(repo_id: str, timeout: float = 3.0) -> None:
         except OSError as e:
             why = f"{url.hostname} cannot be reached ({e.strerror or type(e).__name__})"
     raise PrmkitError(f"model {repo_id!r} is not in the local Hugging Face cache and cannot be "
-                      f"downloaded: {why}. Download it where the hub is reachable "
-                      f"(huggingface-cli download {repo_id} --local-dir DIR) and pass --model DIR")
+                      f"downloaded: {why}. Where the hub is reachable, run `hf download {repo_id} "
+                      f"--local-dir DIR`, then `{score_line(repo_id)}`")
+
+
+def score_line(repo_id: str) -> str:
+    """The command that scores with a hub model once it is downloaded to DIR: its step format
+    (from ``models/names.py``, NAME when prmkit does not know it), and ``--trust-remote-code``
+    where its recipe runs the model's own code."""
+    from prmkit.models.names import PUBLIC_PRMS, format_for
+
+    about = next((what for name, (_, what) in PUBLIC_PRMS.items()
+                  if name.lower() == repo_id.strip().rstrip("/").lower()), "")
+    remote = " --trust-remote-code" if "--trust-remote-code" in about else ""
+    return f"prmkit score --model DIR --format {format_for(repo_id) or 'NAME'}{remote}"
 
 
 def base_of(path: str, base: str) -> str:
@@ -200,23 +213,150 @@ def base_of(path: str, base: str) -> str:
     return resolve_model_path(relative if os.path.isdir(relative) else base)
 
 
+def own_format(model: str, path: str) -> StepFormat | None:
+    """The step format that belongs to the model: the one saved in its folder
+    (``prmkit_format.json``), else the one ``models/names.py`` gives its hub id, else None."""
+    from prmkit.models.names import format_for
+
+    saved = os.path.join(path, FORMAT_FILE)
+    if os.path.isfile(saved):
+        return get_format(saved)
+    return get_format(format_for(model) or "") if format_for(model) else None
+
+
 def folder_format(model: str, path: str, step_format: str | StepFormat | None,
                   presets: str = "(qwen-prm, trl, prmkit, ...)") -> StepFormat:
-    """The step format given, or else the one saved in the folder (``prmkit_format.json``);
-    without either, an error naming ``presets`` to choose from."""
+    """The step format given, or else the model's own (:func:`own_format`); without either, an
+    error naming ``presets`` to choose from. A format given by name that is not the model's own
+    is said by :func:`note_other_format`, once the loader has checked that it fits."""
     if isinstance(step_format, StepFormat):
         return step_format
-    if step_format is None:
-        from prmkit.models.names import format_for
+    if step_format is not None:
+        return get_format(step_format)
+    own = own_format(model, path)
+    if own is None:
+        raise PrmkitError(f"model {model!r} has no {FORMAT_FILE}: say which step format it "
+                          f"reads {presets}")
+    return own
 
-        saved = os.path.join(path, FORMAT_FILE)
-        if not os.path.isfile(saved) and format_for(model):
-            return get_format(format_for(model) or "")
-        if not os.path.isfile(saved):
-            raise PrmkitError(f"model {model!r} has no {FORMAT_FILE}: say which step format it "
-                              f"reads {presets}")
-        step_format = saved
-    return get_format(step_format)
+
+def is_other_format(model: str, path: str, fmt: StepFormat) -> StepFormat | None:
+    """The model's own format when ``fmt`` is not it (None when it is, or it has none)."""
+    own = own_format(model, path)
+    return own if own is not None and not same_format(fmt, own) else None
+
+
+def note_other_format(model: str, path: str, step_format: str | StepFormat | None,
+                      fmt: StepFormat) -> None:
+    """Say on stderr that ``--format`` is not the format the model was saved with: its scores
+    are then not the ones its own recipe reads."""
+    own = is_other_format(model, path, fmt) if isinstance(step_format, str) else None
+    if own is not None:
+        print(f"note: --format {step_format} is not the step format model {model} was saved "
+              f"with ({own.name}); its scores follow --format", file=sys.stderr)
+
+
+def same_format(a: StepFormat, b: StepFormat) -> bool:
+    """Whether two formats build the same ids and read them the same way (names and
+    descriptions aside)."""
+    def key(f: StepFormat) -> dict[str, Any]:
+        return {k: v for k, v in f.to_dict().items() if k not in ("name", "description")}
+
+    return key(a) == key(b)
+
+
+HEADS = {"label-tokens": "is a language model (it reads label tokens from its vocabulary)",
+         "classes": "has a classification head", "value": "has a one-logit value head"}
+READS_HEAD = {"label-tokens": "reads label tokens from a language model's vocabulary",
+              "classes": "reads a classification head", "value": "reads a one-logit value head",
+              "log-ratio": "reads an implicit PRM's log ratios (a policy and its reference)"}
+
+
+def head_of(path: str) -> tuple[str, int] | None:
+    """What the model in ``path`` reads steps with, and its number of classes: (label-tokens,
+    0), (classes, N) or (value, 1); None when its config does not say (an architecture prmkit
+    does not know, or a hub id that is not in the local cache)."""
+    if is_delta(path):
+        with open(os.path.join(path, BASE_FILE), encoding="utf-8") as f:
+            info = json.load(f)
+        if info.get("architecture") == "causal-lm":
+            return ("label-tokens", 0)
+        n = int(info.get("num_labels") or 2)
+        return ("value", 1) if n == 1 else ("classes", n)
+    config = config_of(path)
+    name = (config.get("architectures") or [""])[0]
+    if name.endswith(("ForCausalLM", "LMHeadModel")):
+        return ("label-tokens", 0)
+    if name.endswith("ForTokenClassification") or "RewardModel" in name:
+        n = int(config.get("num_labels") or len(config.get("id2label") or {}) or 2)
+        return ("value", 1) if n == 1 else ("classes", n)
+    return None
+
+
+def config_of(path: str) -> dict[str, Any]:
+    """A model's ``config.json`` (from the local Hugging Face cache for a hub id), or {}."""
+    p: Any = os.path.join(path, "config.json")
+    if not os.path.isdir(path):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            p = try_to_load_from_cache(path, "config.json")
+        except (ImportError, ValueError):
+            return {}
+    if not isinstance(p, str) or not os.path.isfile(p):
+        return {}
+    try:
+        with open(p, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def check_tag(model: str, path: str, fmt: StepFormat, tokenizer: Any) -> None:
+    """Refuse a format that reads its tag's id (math-shepherd, qwen-prm) on a model saved with
+    another format whose tokenizer splits that tag into several tokens: the format's recipe
+    reads a tag of one token, and the model was never trained to read this one. A model with no
+    format of its own (a base model read zero-shot) is the user's choice, and is let through."""
+    own = own_format(model, path)
+    if fmt.read != "tag-id" or own is None or same_format(fmt, own):
+        return
+    ids = tokenizer(fmt.tag, add_special_tokens=False)["input_ids"]
+    if len(ids) == 1:
+        return
+    pieces = ", ".join(repr(t) for t in tokenizer.convert_ids_to_tokens(ids))
+    raise PrmkitError(f"step format {fmt.name!r} reads the id of its tag {fmt.tag!r}, one token "
+                      f"in the models it was made for, but the tokenizer of model {model!r} "
+                      f"splits it into {len(ids)} ({pieces}): "
+                      f"{advice_for(model, path, fmt.reading)}")
+
+
+def advice_for(model: str, path: str, kind: str) -> str:
+    """What to pass instead of a format that does not fit: the model's own, or the presets that
+    read its kind of head."""
+    own = own_format(model, path)
+    if own is not None and own.reading == kind:
+        return f"leave --format out to use its own ({own.name})"
+    names = [f.name for f in PRESETS.values() if f.reading == kind]
+    return f"use a format that fits it ({', '.join(names)})" if names else "use a format that fits it"
+
+
+def check_head(model: str, path: str, fmt: StepFormat) -> None:
+    """Refuse, in one line and before any weights load, a step format that reads another kind
+    of head than the model has (label tokens on a classification head, or the reverse): the
+    scores would be an index error or, worse, numbers read from the wrong place."""
+    head = head_of(path)
+    if head is None:
+        return
+    kind, n = head
+    fits = fmt.reading == kind and (kind != "classes" or fmt.positive_class < n)
+    if fits:
+        return
+    advice = advice_for(model, path, kind)
+    what = HEADS[kind] + (f" of {n} classes" if kind == "classes" else "")
+    reads = READS_HEAD.get(fmt.reading, f"reads {fmt.reading}")
+    if fmt.reading == kind == "classes":
+        reads = f"reads class {fmt.positive_class}"
+    raise PrmkitError(f"model {model!r} {what}, but step format {fmt.name!r} {reads}: {advice}")
 
 
 def load_error(model: str, path: str, error: BaseException, what: str = "model") -> str:

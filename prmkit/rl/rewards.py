@@ -217,15 +217,13 @@ class RewardPart:
 def open_prm(model: str, token: str | None = None) -> Any:
     """A PRM by name: ``lab-gold`` (the lab world's exact step labels, for lab problems), the
     URL of a running ``prmkit serve``, or a local model folder / default model name."""
-    import os
-
     if model == "lab-gold":
         from prmkit.lab import GoldPRM
 
         return GoldPRM()
     from prmkit.models.load import open_prm as open_model
 
-    return open_model(model, token or os.environ.get("PRMKIT_TOKEN"))
+    return open_model(model, token)  # no token: $PRMKIT_TOKEN (models/backends/remote.py)
 
 
 def batch_metrics(scored: Sequence[Scored]) -> dict[str, float]:

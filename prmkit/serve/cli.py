@@ -44,7 +44,7 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--model", default=None,
                    help="a model folder (a trained prmkit PRM), a default model name "
                         "(smollm2-135m, gemma3-270m; with --format), or a hub id. Default: the "
-                        "trained default prmkit PRM shipped in the package")
+                        "trained default prmkit PRM shipped in the package.")
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
                         "saved in the model folder. With --backend generative, the verifier's "

@@ -6,16 +6,15 @@ import FastAPI.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from prmkit.aggregate import AGGREGATES
 from prmkit.errors import PrmkitError
+from prmkit.models.backends.remote import TOKEN_ALIAS, TOKEN_ENV, env_token
 from prmkit.models.backends.remote import is_loopback as is_loopback_address
 from prmkit.serve.batcher import BatcherConfig
 from prmkit.steps import RULES
 
-TOKEN_ENV = "PRMKIT_SERVE_TOKEN"
 
 
 def is_loopback(host: str) -> bool:
@@ -34,7 +33,8 @@ class ServeConfig:
     port: int = field(default=8000, metadata={"help": "port to listen on"})
     token: str | None = field(default=None, metadata={
         "help": f"bearer token every request must carry (Authorization: Bearer TOKEN); default "
-                f"${TOKEN_ENV}. Required on a non-loopback address, enforced whenever set"})
+                f"${TOKEN_ENV} (or its alias ${TOKEN_ALIAS}), the name clients read too. Required "
+                f"on a non-loopback address, enforced whenever set."})
     batching: BatcherConfig = field(default_factory=BatcherConfig)
     max_body_bytes: int = field(default=16 * 2**20, metadata={
         "help": "largest request body in bytes (413 above)"})
@@ -64,7 +64,7 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         if self.token is None:
-            self.token = os.environ.get(TOKEN_ENV) or None
+            self.token = env_token()
         if self.token is not None and (not self.token.strip() or any(c.isspace() for c in self.token)):
             raise PrmkitError("the token must be non-empty and hold no whitespace")
         if not is_loopback(self.host) and not self.token:

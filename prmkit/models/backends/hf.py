@@ -30,8 +30,9 @@ from typing import Any, Iterator, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.models.base import collect
-from prmkit.models.folder import (architecture_of, folder_format, is_delta, kind_of, load_delta,
-                                  load_error, load_model, resolve_model_path)
+from prmkit.models.folder import (architecture_of, check_head, check_tag, folder_format, is_delta,
+                                  kind_of, load_delta, load_error, load_model, note_other_format,
+                                  resolve_model_path)
 from prmkit.models.architectures import BIDIRECTIONAL
 from prmkit.models.reading import (DTYPES, TORCH_DTYPES, HFConfig, Reader,
                                    ScoreStats, bucket_batches, encode_or_warn, pad_right,
@@ -164,9 +165,12 @@ def load_hf_prm(model: str, step_format: str | StepFormat | None = None,
     hf_logging.disable_progress_bar()  # prmkit shows its own progress
     fmt = folder_format(model, path, step_format,
                         "with --format (math-shepherd, qwen-prm, trl, rlhflow, prmkit)")
+    check_head(model, path, fmt)  # before the weights: a wrong head is an index error, or silent
     dtype = torch_dtype(config.dtype, config.device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=config.trust_remote_code)
+        check_tag(model, path, fmt, tokenizer)
+        note_other_format(model, path, step_format, fmt)
         net = delta_or_model(model, path, fmt, dtype, config.trust_remote_code)
     except PrmkitError:
         raise

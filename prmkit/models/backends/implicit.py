@@ -371,6 +371,7 @@ def load_implicit_prm(path: str, config: HFConfig | None = None,
     base_path = folder.base_of(path, train["base"])
     dtype = torch_dtype(config.dtype, config.device)
     fmt = folder.folder_format(path, path, step_format)
+    folder.note_other_format(path, path, step_format, fmt)  # only its text layout matters here
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         reference, _ = folder.load_model(base_path, "causal-lm", None, dtype)

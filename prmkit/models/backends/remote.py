@@ -49,7 +49,14 @@ from prmkit.errors import PrmkitError
 SCORE_PATH = "/v1/score"
 HEALTH_PATH = "/health"
 RETRY_STATUS = (502, 503, 504)
-TOKEN_ENV = "PRMKIT_TOKEN"
+TOKEN_ENV = "PRMKIT_TOKEN"           # the server's token, read by `prmkit serve` and its clients
+TOKEN_ALIAS = "PRMKIT_SERVE_TOKEN"   # the same, under the name serve read first; kept as an alias
+
+
+def env_token() -> str | None:
+    """The server token from the environment: ``$PRMKIT_TOKEN``, else its alias
+    ``$PRMKIT_SERVE_TOKEN`` (None when neither is set or both are empty)."""
+    return os.environ.get(TOKEN_ENV) or os.environ.get(TOKEN_ALIAS) or None
 
 
 def is_remote(model: str) -> bool:
@@ -97,7 +104,7 @@ class RemotePRM:
             if url.endswith(suffix):
                 url = url[: -len(suffix)]
         self.base_url = url
-        self.token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+        self.token = token if token is not None else env_token()
         self.timeout, self.retries, self.backoff = float(timeout), int(retries), float(backoff)
         self.batch_size, self.concurrency = int(batch_size), int(concurrency)
         self.max_retry_after = float(max_retry_after)

@@ -26,7 +26,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from prmkit.errors import PrmkitError
-from prmkit.models.folder import folder_format, resolve_model_path
+from prmkit.models.folder import (check_head, check_tag, folder_format, note_other_format,
+                                  resolve_model_path)
 from prmkit.models.reading import DTYPES, ScoreStats, encode_or_warn, prefix_encodings
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat
 
@@ -209,6 +210,7 @@ class VLLMPRM:
         vllm = _import_vllm()   # before the model's folder or download is looked for
         path = resolve_model_path(model)
         fmt = folder_format(model, path, step_format)
+        check_head(model, path, fmt)
         make_params = pooling_params_factory(vllm)  # refuse an old vLLM before loading weights
         from transformers import AutoTokenizer
 
@@ -217,6 +219,8 @@ class VLLMPRM:
         except (OSError, ValueError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise PrmkitError(f"model {model!r}: cannot load its tokenizer: {first}") from None
+        check_tag(model, path, fmt, tokenizer)
+        note_other_format(model, path, step_format, fmt)
         bound = fmt.bind(tokenizer)
         kwargs = engine_args(path, bound, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
                              gpu_memory_utilization=gpu_memory_utilization,
