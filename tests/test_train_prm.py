@@ -245,3 +245,27 @@ def test_head_lr_puts_the_head_in_its_own_parameter_group(base):
     assert only["lr"] == 1e-4 and len(only["params"]) == len(body["params"]) + 2
     with pytest.raises(PrmkitError, match="--head-lr"):
         LoopConfig(head_lr=0.0)
+
+
+def test_a_run_that_learns_nothing_says_so_and_names_its_figures(base, data, tmp_path, capsys):
+    from prmkit.cli import main
+
+    out = tmp_path / "nothing"
+    assert main(["train", "prm", "--base", base, "--data", data[0], "--output", str(out),
+                 "--max-steps", "1", "--lr", "1e-9", "--last-k", "0", "--max-length", "256"]) == 0
+    said = capsys.readouterr().out
+    assert "training loss at the end" in said and "(no dev data)" in said
+    assert "neg_train_loss" not in said and "last validation" not in said
+    constant = json.load(open(out / "untrained.json"))["constant_loss"]
+    assert f"is not below {constant}, the loss of always predicting the labels' base rate" in said
+
+
+def test_the_outcome_lines_by_hand(tmp_path):
+    from prmkit.train.cli import outcome_lines
+
+    (tmp_path / "untrained.json").write_text(json.dumps({"constant_loss": 0.6365}))
+    learnt = outcome_lines([{"step": 40, "train_loss": 0.21, "dev_auc": 0.9, "seconds": 3}],
+                           str(tmp_path))
+    assert learnt == ["trained 40 steps; training loss at the end 0.21; dev auc=0.9"]
+    stuck = outcome_lines([{"step": 1, "train_loss": 0.7, "neg_train_loss": -0.7}], str(tmp_path))
+    assert len(stuck) == 2 and "(no dev data)" in stuck[0] and "0.7 is not below 0.6365" in stuck[1]

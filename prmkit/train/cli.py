@@ -72,12 +72,35 @@ def _run_train(args: argparse.Namespace) -> int:
         return 0
     if not history:
         raise PrmkitError("training ran no step")
-    last = history[-1]
-    print(f"trained {last['step']} steps; last validation: " + ", ".join(
-        f"{k}={v}" for k, v in last.items() if k not in ("step", "epoch")))
+    for line in outcome_lines(history, cfg.output):
+        print(line)
     print(f"model folders: {cfg.output}/best, {cfg.output}/last; "
           f"metrics: {cfg.output}/metrics.jsonl")
     return 0
+
+
+def outcome_lines(history: list[dict[str, Any]], output: str) -> list[str]:
+    """What a finished run says: its last step's training loss and dev metrics, each by its
+    name, and one more line when the training loss is not below the best constant predictor's
+    (``OUTPUT/untrained.json``): then the model learnt nothing it could not guess."""
+    import json
+
+    last = history[-1]
+    loss = last.get("train_loss")
+    dev = {k: v for k, v in last.items() if k.startswith("dev_")}
+    lines = [f"trained {last['step']} steps; training loss at the end {loss}"
+             + (("; dev " + ", ".join(f"{k[4:]}={v}" for k, v in dev.items())) if dev
+                else " (no dev data)")]
+    path = os.path.join(output, "untrained.json")
+    constant = None
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            constant = json.load(f).get("constant_loss")
+    if constant is not None and loss is not None and loss >= constant:
+        lines.append(f"note: the training loss {loss} is not below {constant}, the loss of "
+                     f"always predicting the labels' base rate: the model learnt nothing it "
+                     f"could not guess (more records, more steps or another --lr)")
+    return lines
 
 
 def add_select_for_labeling(sub: Any) -> None:

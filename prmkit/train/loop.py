@@ -441,7 +441,8 @@ class Loop:
                         m[self.fitness] = -m["train_loss"]
                     self.model.train()
                     self._checkpoint(m)
-                    bar.write("  ".join(f"{k}={v}" for k, v in m.items()))
+                    bar.write("  ".join(f"{k}={v}" for k, v in m.items()
+                                        if not k.startswith("neg_")))   # the fitness, negated
                 self.acc.wait_for_everyone()
         bar.close()
         # tear the process group down here: left to interpreter exit, gloo's threads can abort
