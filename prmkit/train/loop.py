@@ -441,8 +441,7 @@ class Loop:
                         m[self.fitness] = -m["train_loss"]
                     self.model.train()
                     self._checkpoint(m)
-                    bar.write("  ".join(f"{k}={v}" for k, v in m.items()
-                                        if not k.startswith("neg_")))   # the fitness, negated
+                    bar.write("  ".join(f"{k}={v}" for k, v in m.items() if k[:4] != "neg_"))
                 self.acc.wait_for_everyone()
         bar.close()
         # tear the process group down here: left to interpreter exit, gloo's threads can abort
