@@ -233,3 +233,22 @@ def test_label_mc_rolls_out_through_the_server(server, tmp_path, capsys):
         assert r.first_error == next((i for i, v in enumerate(r.labels) if v == 0), -1)
     assert recs[0].labels[2] == 1.0 and recs[1].labels[2] == 0.0  # the solutions' own outcomes
     assert server.completions() - before == 8
+
+
+def test_a_generative_prm_scores_through_the_server_with_its_logprobs(server, tmp_path, capsys):
+    """``score --backend generative --server``: the verifier's samples come from llama.cpp with
+    logprobs (a server without them is refused), every step gets a score or null, never a
+    crash, and the run ends with its parse rate."""
+    data = tmp_path / "in.jsonl"
+    data.write_text(json.dumps({"id": "a", "problem": PROBLEMS[0][1],
+                                "steps": ["3 + 2 = 5.", "The answer is 5."]}) + "\n")
+    out = tmp_path / "scored.jsonl"
+    before = server.completions()
+    assert cli.main(["score", "--backend", "generative", "--model", MODEL, "--format", "plain",
+                     "--server", server.url, "--samples", "2", "--max-new-tokens", "48",
+                     "--input", str(data), "--output", str(out)]) == 0
+    [rec] = read_records(str(out))
+    assert len(rec.step_scores) == 2
+    assert all(s is None or 0.0 <= s <= 1.0 for s in rec.step_scores)
+    assert "parse rate" in capsys.readouterr().err
+    assert server.completions() >= before + 2
