@@ -176,15 +176,11 @@ def _load_hub(source: str) -> Any:
     return ds.with_format("arrow")[:]
 
 
-@contextlib.contextmanager
-def _offline_unless_reachable(timeout: float = 3.0) -> Iterator[None]:
-    """Within: datasets and huggingface_hub in offline mode when the hub's host cannot be
-    reached at once (they would retry for most of a minute), so a cached dataset still loads
-    and a missing one fails at once."""
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub's host cannot be reached at once, or None when it answers."""
     import socket
     from urllib.parse import urlparse
 
-    import datasets
     from huggingface_hub import constants
 
     url = urlparse(constants.ENDPOINT)
@@ -192,10 +188,20 @@ def _offline_unless_reachable(timeout: float = 3.0) -> Iterator[None]:
         socket.create_connection((url.hostname or "huggingface.co",
                                   url.port or (443 if url.scheme == "https" else 80)),
                                  timeout=timeout).close()
-        reachable = True
-    except OSError:
-        reachable = False
-    if reachable:
+        return None
+    except OSError as e:
+        return f"{url.hostname} cannot be reached ({e.strerror or type(e).__name__})"
+
+
+@contextlib.contextmanager
+def _offline_unless_reachable(timeout: float = 3.0) -> Iterator[None]:
+    """Within: datasets and huggingface_hub in offline mode when the hub's host cannot be
+    reached at once (they would retry for most of a minute), so a cached dataset still loads
+    and a missing one fails at once."""
+    import datasets
+    from huggingface_hub import constants
+
+    if hub_unreachable(timeout) is None:
         yield
         return
     before = (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE)

@@ -54,13 +54,19 @@ def subsets(groups: Mapping[str, int], n: int, draws: int, seed: int) -> dict[st
     return out
 
 
+def grouped(records: Sequence[Record]) -> dict[str, list[Record]]:
+    """The candidates of each problem (its group, else the record's id), in input order."""
+    out: dict[str, list[Record]] = {}
+    for r in records:
+        out.setdefault(r.group or r.id, []).append(r)
+    return out
+
+
 def picks(records: Sequence[Record], score: Callable[[Record], float], flawed: Callable[[Record], bool],
           draws: Mapping[str, np.ndarray]) -> PerProblem:
     """Each problem's pick in each draw: its highest-scored candidate (ties: the first in the
     problem's order). ``flawed(r)``: whether candidate ``r`` holds a wrong step."""
-    by_group: dict[str, list[Record]] = {}
-    for r in records:
-        by_group.setdefault(r.group or r.id, []).append(r)
+    by_group = grouped(records)
     right, bad = {}, {}
     for g, rows in draws.items():
         cands = by_group[g]
@@ -80,9 +86,7 @@ def majority_picks(records: Sequence[Record], flawed: Callable[[Record], bool],
     that order. An unanswered candidate does not vote."""
     from prmkit.select import vote_key
 
-    by_group: dict[str, list[Record]] = {}
-    for r in records:
-        by_group.setdefault(r.group or r.id, []).append(r)
+    by_group = grouped(records)
     right, bad = {}, {}
     for g, rows in draws.items():
         cands = by_group[g]

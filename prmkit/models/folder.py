@@ -171,24 +171,16 @@ def check_hub(repo_id: str, timeout: float = 3.0) -> None:
     cache and the hub cannot be reached (transformers would retry for most of a minute)."""
     try:
         from huggingface_hub import try_to_load_from_cache
-        from huggingface_hub.constants import ENDPOINT, HF_HUB_OFFLINE
+        from huggingface_hub.constants import HF_HUB_OFFLINE
     except ImportError:
         return
     if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
         return
-    import socket
-    from urllib.parse import urlparse
+    from prmkit.tables import hub_unreachable
 
-    url = urlparse(ENDPOINT)
-    why = "HF_HUB_OFFLINE is set" if HF_HUB_OFFLINE else None
+    why = "HF_HUB_OFFLINE is set" if HF_HUB_OFFLINE else hub_unreachable(timeout)
     if why is None:
-        try:
-            socket.create_connection((url.hostname or "huggingface.co",
-                                      url.port or (443 if url.scheme == "https" else 80)),
-                                     timeout=timeout).close()
-            return
-        except OSError as e:
-            why = f"{url.hostname} cannot be reached ({e.strerror or type(e).__name__})"
+        return
     raise PrmkitError(f"model {repo_id!r} is not in the local Hugging Face cache and cannot be "
                       f"downloaded: {why}. Where the hub is reachable, run `hf download {repo_id} "
                       f"--local-dir DIR`, then `{score_line(repo_id)}`")

@@ -33,7 +33,7 @@ from prmkit.train.common import auc, pad_id, read_logits
 from prmkit.train.loop import BUCKET, Example, Loop, LoopConfig, LoopHooks, set_trainable
 from prmkit.train.prm import StepObjective, cross_entropy
 from prmkit.train.stepwise import Cuts, examples_of, trl_format
-from prmkit.train.trlconfig import PRMConfig
+from prmkit.train.trlconfig import PRMConfig, value_of
 
 
 
@@ -167,28 +167,32 @@ class PRMTrainer:
         batches = sized_batches([len(e) for e in self.train_examples], size, a.seed)
         per_epoch = math.ceil(len(batches) / a.gradient_accumulation_steps)
         total = a.max_steps if a.max_steps > 0 else max(1, math.ceil(a.num_train_epochs * per_epoch))
-        evaluating = _value(a.eval_strategy) != "no" and bool(self.eval_examples)
+        evaluating = value_of(a.eval_strategy) != "no" and bool(self.eval_examples)
         every = self._cadence(a.eval_strategy, a.eval_steps or a.logging_steps, per_epoch, total) \
             if evaluating else self._cadence(a.save_strategy, a.save_steps, per_epoch, total)
         cfg = LoopConfig(train="full", max_steps=total, lr=a.learning_rate, warmup=0.0,
                          weight_decay=a.weight_decay, grad_accum=a.gradient_accumulation_steps,
                          max_grad_norm=a.max_grad_norm if a.max_grad_norm else float("inf"),
                          eval_every=every, seed=a.seed, resume=resume)
-        objective = StepObjective(Reader(self.model, self.format, self.bound),
-                                  pad_id(self.processing_class), drop_mask=False)
+        objective = self._objective(self.model)
         hooks = LoopHooks(batches=batches, scheduler=self._scheduler,
                           adam={"betas": (a.adam_beta1, a.adam_beta2), "eps": a.adam_epsilon,
-                                "fused": _value(a.optim) == "adamw_torch_fused"},
-                          on_step=self._on_step, checkpoints=_value(a.save_strategy) != "no")
+                                "fused": value_of(a.optim) == "adamw_torch_fused"},
+                          on_step=self._on_step, checkpoints=value_of(a.save_strategy) != "no")
         fitness = "neg_eval_loss" if evaluating else "neg_train_loss"
         return Loop(self.model, objective, self.train_examples, cfg, a.output_dir, fitness,
                     self._loop_evaluate if evaluating else (lambda m: {}),
                     lambda m, folder, metrics: self._save_folder(folder),
                     autocast_bf16=bool(a.bf16), hooks=hooks)
 
+    def _objective(self, model: Any) -> StepObjective:
+        """TRL's loss on ``model``: cross-entropy at the read positions, the padding masked."""
+        return StepObjective(Reader(model, self.format, self.bound),
+                             pad_id(self.processing_class), drop_mask=False)
+
     @staticmethod
     def _cadence(strategy: Any, steps: float | None, per_epoch: int, total: int) -> int:
-        kind = _value(strategy)
+        kind = value_of(strategy)
         if kind == "epoch":
             return per_epoch
         if kind in ("steps", "best"):
@@ -200,7 +204,7 @@ class PRMTrainer:
 
         a = self.args
         kwargs = a.lr_scheduler_kwargs if isinstance(a.lr_scheduler_kwargs, dict) else None
-        return get_scheduler(_value(a.lr_scheduler_type), optimizer,
+        return get_scheduler(value_of(a.lr_scheduler_type), optimizer,
                              num_warmup_steps=a.get_warmup_steps(total),
                              num_training_steps=total, scheduler_specific_kwargs=kwargs)
 
@@ -254,9 +258,7 @@ class PRMTrainer:
             row, ys = ids[b][keep].tolist(), labels[b][keep].tolist()
             reads = [p for p, y in enumerate(ys) if y != -100]
             exs.append(Example(row, reads, [float(ys[p]) for p in reads]))
-        objective = StepObjective(Reader(model, self.format, self.bound),
-                                  pad_id(self.processing_class), drop_mask=False)
-        loss = objective(exs, ids.device, None)
+        loss = self._objective(model)(exs, ids.device, None)
         return (loss, None) if return_outputs else loss
 
     def _on_step(self, info: dict[str, Any]) -> bool:
@@ -269,7 +271,7 @@ class PRMTrainer:
         self._window.append(info["loss"])
         self._tell("on_step_end")
         every = interval(a.logging_steps, st.max_steps)
-        if _value(a.logging_strategy) == "steps" and (
+        if value_of(a.logging_strategy) == "steps" and (
                 st.global_step % every == 0 or (a.logging_first_step and st.global_step == 1)):
             self.log({"loss": round(sum(self._window) / len(self._window), 4),
                       "grad_norm": info["grad_norm"], "learning_rate": info["learning_rate"]})
@@ -407,10 +409,6 @@ class PRMTrainer:
                                      processing_class=self.processing_class, **kw)
             if out is not None:
                 self.control = out
-
-
-def _value(x: Any) -> Any:
-    return getattr(x, "value", x)
 
 
 def _prediction(examples: list[Example], logits: Any) -> Any:

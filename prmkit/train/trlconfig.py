@@ -83,8 +83,8 @@ class PRMConfig(TrainingArguments):
         if self.fp16:
             raise PRMConfigError("PRMConfig(fp16=True): prmkit trains in float32 or with "
                                  "bfloat16 autocast (bf16=True)")
-        if str(getattr(self.optim, "value", self.optim)) not in ADAMW:
-            raise PRMConfigError(f"PRMConfig(optim={_value(self.optim)!r}): prmkit trains with "
+        if str(value_of(self.optim)) not in ADAMW:
+            raise PRMConfigError(f"PRMConfig(optim={value_of(self.optim)!r}): prmkit trains with "
                                  f"AdamW ({', '.join(ADAMW)})")
         for name in ("max_length", "max_prompt_length", "max_completion_length"):
             value = getattr(self, name)
@@ -102,7 +102,8 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _value(x: object) -> object:
+def value_of(x: object) -> object:
+    """An enum's value (TrainingArguments turns strategy strings into enums), else ``x``."""
     return getattr(x, "value", x)
 
 

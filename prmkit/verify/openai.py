@@ -13,14 +13,13 @@ prompt across the K requests; nothing is counted as saved here.
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.generate.base import sample_seed
 from prmkit.generate.openai import OpenAIConfig, OpenAIGenerator, read_completion
-from prmkit.verify.prm import GenStats, Sample
+from prmkit.verify.prm import GenStats, Sample, verdict_row
 
 TOP_LOGPROBS = 5
 
@@ -63,21 +62,5 @@ class OpenAIVerifier:
                       ats: Sequence[Sequence[int]]) -> list[list[float | None]]:
         firsts = [self.tokenizer.decode(self.tokenizer(w, add_special_tokens=False)["input_ids"][:1])
                   for w in words]
-        out = []
-        for sample, at in zip(samples, ats):
-            tokens, tops = sample.data
-            starts, pos = {}, 0
-            for i, t in enumerate(tokens):
-                starts.setdefault(pos, i)
-                pos += len(t)
-            row: list[float | None] = []
-            for a in at:
-                i = starts.get(a)
-                top = tops[i] if i is not None and i < len(tops) else {}
-                if firsts[0] in top and firsts[1] in top and firsts[0] != firsts[1]:
-                    yes, no = math.exp(top[firsts[0]]), math.exp(top[firsts[1]])
-                    row.append(yes / (yes + no))
-                else:
-                    row.append(None)
-            out.append(row)
-        return out
+        return [verdict_row(*sample.data, at, firsts[0], firsts[1])
+                for sample, at in zip(samples, ats)]

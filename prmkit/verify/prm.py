@@ -16,9 +16,10 @@ solution prompt is encoded once for its K samples where the backend allows it
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from prmkit.verify import templates as T
 from prmkit.verify.verdicts import Verdict, combine, parse_genprm, parse_whole, step_values
@@ -217,3 +218,26 @@ class GenerativePRM:
         self.stats.parsed += 1
         p = self.backend.verdict_probs(head, [out], self.words, [[verdict.at]])[0][0]
         return (float(verdict.correct) if p is None else p), text
+
+
+def verdict_row(texts: Sequence[str], tops: Sequence[Mapping[Any, float]], at: Sequence[int],
+                yes: Any, no: Any) -> list[float | None]:
+    """P(yes) / (P(yes) + P(no)) of one sample from a backend's top logprobs, at the token
+    where each verdict word starts (``at``: character offsets in the sample's text, whose
+    tokens are ``texts``); None where no token starts there or a word is not among the
+    alternatives. ``yes`` and ``no`` are the keys the backend's alternatives use."""
+    starts: dict[int, int] = {}
+    pos = 0
+    for i, t in enumerate(texts):
+        starts.setdefault(pos, i)
+        pos += len(t)
+    row: list[float | None] = []
+    for a in at:
+        i = starts.get(a)
+        top = tops[i] if i is not None and i < len(tops) else {}
+        if yes in top and no in top and yes != no:
+            p, q = math.exp(top[yes]), math.exp(top[no])
+            row.append(p / (p + q))
+        else:
+            row.append(None)
+    return row

@@ -13,13 +13,12 @@ Not run in CI (no GPU); the tests use a stand-in ``LLM`` that follows vLLM's off
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.generate.base import sample_seed
 from prmkit.generate.hf import encode_prompt
-from prmkit.verify.prm import GenStats, Sample
+from prmkit.verify.prm import GenStats, Sample, verdict_row
 
 TOP_LOGPROBS = 5
 
@@ -59,24 +58,7 @@ class VLLMVerifier:
     def verdict_probs(self, prompt: str, samples: Sequence[Sample], words: tuple[str, str],
                       ats: Sequence[Sequence[int]]) -> list[list[float | None]]:
         yes, no = (self.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in words)
-        out = []
-        for sample, at in zip(samples, ats):
-            texts, tops = sample.data
-            starts, pos = {}, 0
-            for i, t in enumerate(texts):
-                starts.setdefault(pos, i)
-                pos += len(t)
-            row: list[float | None] = []
-            for a in at:
-                i = starts.get(a)
-                top = tops[i] if i is not None else {}
-                if yes in top and no in top and yes != no:
-                    p, q = math.exp(top[yes]), math.exp(top[no])
-                    row.append(p / (p + q))
-                else:
-                    row.append(None)
-            out.append(row)
-        return out
+        return [verdict_row(*sample.data, at, yes, no) for sample, at in zip(samples, ats)]
 
 
 def load_vllm_verifier(model: str, dtype: str = "auto") -> VLLMVerifier:
