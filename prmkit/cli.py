@@ -283,7 +283,7 @@ def _run_select(args: argparse.Namespace) -> int:
 
 
 def _add_demo(sub: Any) -> None:
-    from prmkit.lab import demo as lab_demo
+    from prmkit.lab.demo import run as lab_demo
 
     p = _parser(sub, "demo", "run the main job: the whole PRM story on the lab world",
                 lab_demo.__doc__ + "\nWith --real-data, runs the real-data job on ../shared/data "
@@ -307,7 +307,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         from prmkit import realdata
 
         return realdata.run(args.data, args.output, args.score_n, args.bon_problems)
-    from prmkit.lab import demo as lab_demo
+    from prmkit.lab.demo import run as lab_demo
 
     return lab_demo.run(lab_demo.config_from(args))
 

@@ -1,4 +1,4 @@
-"""``prmkit demo --real-data``: the real-data job (the main job, ``make demo``, is prmkit.lab.demo).
+"""``prmkit demo --real-data``: the real-data job (the main job, ``make demo``, is prmkit.lab.demo.run).
 
 It runs on the public data in ``../shared/data`` and prints what it measured:
 

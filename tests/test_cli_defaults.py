@@ -32,8 +32,8 @@ def _fields(cls):
 
 def _configs():
     from prmkit.formats import ConvertOptions
-    from prmkit.lab.activelearning import ActiveLearningConfig
-    from prmkit.lab.traceerror import TraceErrorConfig
+    from prmkit.lab.activelearning.run import ActiveLearningConfig
+    from prmkit.lab.traceerror.run import TraceErrorConfig
     from prmkit.generate.run import GenerateConfig
     from prmkit.lab.computeoptimal import ComputeOptimalConfig
     from prmkit.models.reading import HFConfig

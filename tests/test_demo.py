@@ -140,7 +140,7 @@ def test_demo_with_other_settings_starts_again(base, tmp_path, capsys):
     assert not (out / "stale.jsonl").exists()
     assert json.loads((out / "settings.json").read_text())["seed"] == 3
     # the same settings written by an older version of the stages: started again too
-    from prmkit.lab import demo
+    from prmkit.lab.demo import run as demo
 
     settings = json.loads((out / "settings.json").read_text())
     (out / "settings.json").write_text(json.dumps({**settings, "stages_version": 1}))

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from prmkit.lab.activelearning import choose, uniform
-from prmkit.lab.activestats import efficiency, resampled_quality, shared_slope_ratio
+from prmkit.lab.activelearning.run import choose, uniform
+from prmkit.lab.activelearning.stats import efficiency, resampled_quality, shared_slope_ratio
 from prmkit.records import Record
 
 
@@ -86,7 +86,7 @@ def test_the_random_wrong_arm_takes_as_many_wrong_answers_and_uniform_any():
 
 def test_budgets_where_the_active_share_rounds_to_all_are_dropped_by_rule():
     from prmkit.errors import PrmkitError
-    from prmkit.lab.activelearning import ActiveLearningConfig
+    from prmkit.lab.activelearning.run import ActiveLearningConfig
 
     # round(0.8 * 1) = 1 and round(0.8 * 2) = 2: the active arm would label wrong answers only
     c = ActiveLearningConfig(budgets="1,2,4,8,16")

@@ -16,7 +16,7 @@ from prmkit.errors import PrmkitError
 from prmkit.lab import featureprm, rlstats
 from prmkit.lab.rl import LabRLConfig, advantages, exact_accuracy
 from prmkit.lab.stepolicy import KINDS, OPERATORS, StepPolicy, kind_of
-from prmkit.lab.world import LabConfig, Op, Problem, gold_labels, load_problem, make_problems
+from prmkit.lab.world.problems import LabConfig, Op, Problem, gold_labels, load_problem, make_problems
 
 # Mia has 14; buys 6 (add) = 20; gives away 5 (sub) = 15
 MIA = Problem("Mia", "She", "marbles", 14, [Op("add", 6, "buys"), Op("sub", 5, "gives away")])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from prmkit.lab import stats
-from prmkit.lab.tracestats import PerProblem, newcombe
+from prmkit.lab.traceerror.stats import PerProblem, newcombe
 
 
 def test_wilson_on_zero_of_n_by_hand():

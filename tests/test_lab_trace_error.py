@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from prmkit.lab import LabConfig, gold_labels, load_lab_policy, make_problems
-from prmkit.lab.demo import candidates_of
-from prmkit.lab.policy import slipped_from
+from prmkit.lab.demo.run import candidates_of
+from prmkit.lab.world.policy import slipped_from
 from prmkit.lab import stats
-from prmkit.lab.tracestats import (PerProblem, equivalent, majority_picks, picks,
+from prmkit.lab.traceerror.stats import (PerProblem, equivalent, majority_picks, picks,
                                   ratio_difference, subsets)
-from prmkit.lab.world import has_wrong_step, load_problem, reference_steps, trace_error
+from prmkit.lab.world.problems import has_wrong_step, load_problem, reference_steps, trace_error
 from prmkit.records import Record
 
 
@@ -176,7 +176,7 @@ def args(base, out):
 def test_trace_error_runs_resumes_after_a_kill_and_writes_its_claims(base, tmp_path, capsys,
                                                                     monkeypatch):
     from prmkit.cli import main
-    from prmkit.lab import heads
+    from prmkit.lab.verifiers import heads
 
     out = tmp_path / "te"
     real, calls = heads.train_and_score, []

@@ -358,7 +358,7 @@ def test_a_companion_on_the_same_body_is_read_in_the_same_pass(head):
     from test_surprisal import tied_pair
 
     from prmkit.models.load import wrap_model
-    from prmkit.lab.sharedpair import score_shared_pair
+    from prmkit.lab.verifiers.sharedpair import score_shared_pair
     from prmkit.train.common import training_format
 
     if head == "surprisal":

@@ -1,8 +1,11 @@
-"""The lab world: synthetic multi-step problems with exact step labels (see world.py)."""
+"""The lab: a world of synthetic multi-step problems with exact step labels (world/), the
+verifiers trained in it (verifiers/), and one folder per experiment (demo/, traceerror/,
+activelearning/, rl/, computeoptimal/), each a job (run) with its statistics and report; the
+statistics they share are in stats.py."""
 
-from prmkit.lab.oracle import GoldPRM
-from prmkit.lab.policy import LAB_STYLE, LabPolicy, LabPolicyConfig
-from prmkit.lab.world import (LabConfig, check_step, gold_labels, gold_record, make_problems,
+from prmkit.lab.world.oracle import GoldPRM
+from prmkit.lab.world.policy import LAB_STYLE, LabPolicy, LabPolicyConfig
+from prmkit.lab.world.problems import (LabConfig, check_step, gold_labels, gold_record, make_problems,
                               parse_problem, reference_steps)
 
 __all__ = ["LAB_STYLE", "GoldPRM", "LabConfig", "LabPolicy", "LabPolicyConfig", "check_step",

@@ -168,7 +168,7 @@ class Lab:
 
     def oracle(self, at: int) -> dict[str, Any]:
         """Problems ``at`` .. ``at + CHUNK``: the share of right samples (pass@1)."""
-        from prmkit.lab.demo import candidates_of
+        from prmkit.lab.demo.run import candidates_of
 
         mine = self.problems_as_records()[at:at + CHUNK]
         recs = candidates_of(mine, self.config.oracle_samples,
@@ -186,7 +186,7 @@ class Lab:
                 for p in self.problems]
 
     def prm(self, say: Printer) -> Any:
-        from prmkit.lab.demo import candidates_of
+        from prmkit.lab.demo.run import candidates_of
         from prmkit.lab.ngramprm import NgramPRM, fit_ngram_prm
         from prmkit.label.mc import MCConfig, label_mc
 
@@ -210,7 +210,7 @@ class Lab:
         """The PRM on ``n`` candidates of ``problems`` held-out problems (another seed)."""
         from prmkit.lab import LabConfig, make_problems
         from prmkit.lab.cosummary import prm_quality
-        from prmkit.lab.demo import candidates_of
+        from prmkit.lab.demo.run import candidates_of
 
         c = self.config
         held = make_problems(LabConfig(n=problems, seed=c.seed + 2000, min_steps=c.min_steps,

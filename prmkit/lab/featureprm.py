@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from prmkit.lab.world import Problem, load_problem
+from prmkit.lab.world.problems import Problem, load_problem
 
 FEATURES = ("bias", "hidden", "calc", "operator", "carry", "answer", "answer_carry")
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}

@@ -114,7 +114,7 @@ class World:
 
 def make_world(cfg: LabRLConfig) -> World:
     from prmkit.lab.stepolicy import KINDS, kind_of
-    from prmkit.lab.world import LabConfig, load_problem, make_problems
+    from prmkit.lab.world.problems import LabConfig, load_problem, make_problems
 
     def problems(n: int, seed: int) -> list[Any]:
         return make_problems(LabConfig(n=n, min_steps=cfg.min_ops, max_steps=cfg.max_ops,
@@ -147,7 +147,7 @@ def train_prm(cfg: LabRLConfig) -> dict[str, Any]:
     """Fit the trained PRM on exact labels of the base policy's samples of its own problems."""
     from prmkit.lab import featureprm
     from prmkit.lab.stepolicy import StepPolicy
-    from prmkit.lab.world import LabConfig, load_problem, make_problems
+    from prmkit.lab.world.problems import LabConfig, load_problem, make_problems
 
     records = make_problems(LabConfig(n=cfg.prm_problems, min_steps=cfg.min_ops,
                                       max_steps=cfg.max_ops, seed=30_000 + cfg.seed))
@@ -167,7 +167,7 @@ def train_prm(cfg: LabRLConfig) -> dict[str, Any]:
 def make_reward(arm: str, trained: Any) -> Any:
     """The arm's :class:`ProcessReward`: outcome and the arm's PRM (the trained one where the
     arm has none of its own, for the diagnostic)."""
-    from prmkit.lab.oracle import GoldPRM
+    from prmkit.lab.world.oracle import GoldPRM
     from prmkit.rl.rewards import ProcessReward, RewardConfig
 
     prm = GoldPRM() if arm.startswith("gold") else trained

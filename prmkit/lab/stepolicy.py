@@ -4,7 +4,7 @@ For each operation of a lab problem, of sentence kind c, :class:`StepPolicy` dra
 from softmax(theta_op[c]) and whether to show the calculation from sigmoid(theta_show[c]). A
 shown calculation slips with chance ``slip_shown``, a hidden one with ``slip_hidden``; later
 steps carry a wrong value on. The text is the world's wording, so any PRM reads it.
-:func:`fast_labels` equals :func:`prmkit.lab.world.gold_labels` of the text.
+:func:`fast_labels` equals :func:`prmkit.lab.world.problems.gold_labels` of the text.
 :meth:`StepPolicy.grad_log_prob` is REINFORCE's score function (Williams 1992), weighted per
 step by the trainer's advantages. docs/lab-rl.md describes the world.
 """
@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from prmkit.lab.world import Problem, answer_text, apply, number, step_text
+from prmkit.lab.world.problems import Problem, answer_text, apply, number, step_text
 
 KINDS = ("buys", "finds", "gets", "gives away", "loses", "sells", "mul", "div")
 OPERATORS = ("add", "sub", "mul", "div")
@@ -136,7 +136,7 @@ def hidden_text(problem: Problem, i: int, result: Fraction | int) -> str:
 def fast_labels(problem: Problem, steps: Sequence[str], shown: Sequence[bool],
                 final: Fraction | int) -> list[int]:
     """The gold labels of a :class:`StepPolicy` solution from its values, equal to
-    :func:`prmkit.lab.world.gold_labels` of its text; a hidden step claims nothing, so it keeps the
+    :func:`prmkit.lab.world.problems.gold_labels` of its text; a hidden step claims nothing, so it keeps the
     label before it and is never the first error."""
     values, at, ok, labels = problem.values, 0, True, []
     x: Fraction | int = problem.start

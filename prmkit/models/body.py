@@ -3,7 +3,7 @@ hidden states on their way to the head.
 
 A task model (``LlamaForTokenClassification``, ``...ForCausalLM``) keeps its transformer under
 the attribute its class names in ``base_model_prefix`` (``model``, ``transformer``, ...). The
-surprisal head (:mod:`prmkit.models.surprisal`), companion heads (:mod:`prmkit.lab.companion`),
+surprisal head (:mod:`prmkit.models.surprisal`), companion heads (:mod:`prmkit.lab.verifiers.companion`),
 label-token reading, the implicit PRM and the trainers' frozen layers all need that body.
 """
 

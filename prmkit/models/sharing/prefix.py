@@ -132,7 +132,7 @@ class SharedPrefixScorer:
         self.row_tokens = ROW_TOKENS
         # a second PRM on the same body: its head (``also_head``) read on the same passes'
         # hidden states, the PRM itself for the solutions read alone; the caller checks that
-        # this is exact (prmkit.lab.sharedpair)
+        # this is exact (prmkit.lab.verifiers.sharedpair)
         self.also, self.also_head, self.also_scores = also, also_head, []
         if (also is None) != (also_head is None) or (also is not None and not self.packed):
             raise PrmkitError("a second head needs its PRM and its head, and tree passes")

@@ -31,7 +31,7 @@ from prmkit.errors import PrmkitError
 from prmkit.generate.base import Completion, check_sampling, check_stop, sample_seed
 from prmkit.generate.fake import FakeGenerator
 from prmkit.generate.prompts import INSTRUCTION, PromptStyle, Prompter
-from prmkit.lab.world import Problem, answer_text, apply, evaluate, load_problem, step_text
+from prmkit.lab.world.problems import Problem, answer_text, apply, evaluate, load_problem, step_text
 
 LAB_STYLE = PromptStyle(
     name="lab", description="lab world: the instruction, Question: / Answer:, one step per line",

@@ -15,7 +15,7 @@ import shutil
 from typing import Any, Sequence
 
 from prmkit.lab.stages import same_settings, stage
-from prmkit.lab.summary import PRM_METHODS, step_auc
+from prmkit.lab.demo.summary import PRM_METHODS, step_auc
 from prmkit.records import Record
 
 # The DemoConfig fields that only this stage reads: they are not part of the demo's own settings.

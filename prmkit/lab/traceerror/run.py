@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prmkit.errors import PrmkitError
-from prmkit.lab import tracereport
+from prmkit.lab.traceerror import report as tracereport
 from prmkit.lab.stages import Printer, prepare, stage, stage_json
-from prmkit.lab.tracereport import SETTINGS, VERIFIERS
+from prmkit.lab.traceerror.report import SETTINGS, VERIFIERS
 
 STAGES_VERSION = 2
 SELECT = ("prm-prod", "prm-min", "prm-last")
@@ -113,8 +113,8 @@ def run(config: TraceErrorConfig) -> int:
 def world_stage(config: TraceErrorConfig, out: str, say: Any) -> tuple[list, list, list]:
     """1. problems and candidates (gold-labelled), 2. Monte Carlo labels of the training set."""
     from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
-    from prmkit.lab.demo import candidates_of
-    from prmkit.lab.world import trace_error
+    from prmkit.lab.demo.run import candidates_of
+    from prmkit.lab.world.problems import trace_error
     from prmkit.label.mc import MCConfig, label_mc
 
     policy, prompter = load_lab_policy(config.policy)
@@ -165,7 +165,7 @@ def verifiers_stage(config: TraceErrorConfig, setting: str, train: list, test: l
                     mc: list) -> dict[str, dict[str, list]]:
     """3, 4. the three verifiers of one setting, each trained and scored on the stored states;
     a finished verifier's scores are kept in its own file, so a killed stage resumes."""
-    from prmkit.lab.heads import HeadSpec, outcome_labelled, train_and_score
+    from prmkit.lab.verifiers.heads import HeadSpec, outcome_labelled, train_and_score
 
     spec = HeadSpec(base=config.base, head=config.head, calculator=setting == "calculator",
                     epochs=config.epochs, lr=config.lr, batch_tokens=config.batch_tokens,

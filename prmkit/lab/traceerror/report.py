@@ -1,5 +1,5 @@
 """The figures, claims, summary and report of ``prmkit lab trace-error``
-(:mod:`prmkit.lab.traceerror`): computed from the run's stored scores alone."""
+(:mod:`prmkit.lab.traceerror.run`): computed from the run's stored scores alone."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import os
 from dataclasses import asdict
 from typing import Any, Sequence
 
-from prmkit.lab import stats, tracestats
+from prmkit.lab import stats
+
+from prmkit.lab.traceerror import stats as tracestats
 from prmkit.lab.stats import Claim, paired_difference
 from prmkit.records import Record
 

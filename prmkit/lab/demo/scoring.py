@@ -1,4 +1,4 @@
-"""Stage 4 of the lab demo (:mod:`prmkit.lab.demo`): the test candidates scored by the PRM and
+"""Stage 4 of the lab demo (:mod:`prmkit.lab.demo.run`): the test candidates scored by the PRM and
 the ORM, and best-of-4B's further samples by the PRM, each problem's candidates read as one
 tree of shared prefixes (:mod:`prmkit.models.sharing.prefix`)."""
 
@@ -14,8 +14,8 @@ def score_test(world: Any, prm: Any, orm: Any, out: str) -> list[Record]:
     """4. the test candidates' step scores by the PRM and the ORM. Best-of-4B's further samples
     are read in the same tree pass as the problem's test candidates and written to
     ``search_scored.jsonl`` before this stage's own file. An ORM that is a class head on the PRM's
-    frozen body is read in the PRM's passes (:mod:`prmkit.lab.companion`); another on its own."""
-    from prmkit.lab.companion import companion_blocker
+    frozen body is read in the PRM's passes (:mod:`prmkit.lab.verifiers.companion`); another on its own."""
+    from prmkit.lab.verifiers.companion import companion_blocker
 
     by_group: dict[str, list[Record]] = {}
     for r in world.test + world.more:
@@ -45,7 +45,7 @@ def score_with(model: Any, test: Sequence[Record], name: str, also: Any = None, 
     (:mod:`prmkit.models.sharing.prefix`), and those of the companion ``also``
     (empty without one)."""
     from prmkit.models.sharing.prefix import score_shared
-    from prmkit.lab.sharedpair import score_shared_pair
+    from prmkit.lab.verifiers.sharedpair import score_shared_pair
     from prmkit.progress import progress
 
     out: list[list[float | None]] = []

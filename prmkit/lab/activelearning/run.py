@@ -14,7 +14,7 @@ labelled solutions per problem, three arms choose which k get exact step labels:
 Each arm's PRM is a head alone on frozen SmolLM2-135M states, at budgets ``--budgets`` and
 ``--seeds`` seeds, measured by best-of-``--test-n`` accuracy (``prm-prod``) and step AUC
 against gold, without the calculator by default. The claim ``active_learning_efficiency`` is in
-:mod:`prmkit.lab.activestats`.
+:mod:`prmkit.lab.activelearning.stats`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.lab import activestats
-from prmkit.lab.activestats import ARMS
+from prmkit.lab.activelearning import stats as activestats
+from prmkit.lab.activelearning.stats import ARMS
 from prmkit.lab.stages import Printer, prepare, stage, stage_json
 from prmkit.records import Record
 
@@ -134,7 +134,7 @@ def run(config: ActiveLearningConfig) -> int:
 def world_stage(config: ActiveLearningConfig, out: str, say: Any) -> tuple[list, list]:
     """1. the training pool and the test candidates, with their gold labels."""
     from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
-    from prmkit.lab.demo import candidates_of
+    from prmkit.lab.demo.run import candidates_of
 
     policy, prompter = load_lab_policy(config.policy)
     lab = dict(min_steps=config.min_steps, max_steps=config.max_steps)
@@ -152,7 +152,7 @@ def world_stage(config: ActiveLearningConfig, out: str, say: Any) -> tuple[list,
 
 
 def spec_of(config: ActiveLearningConfig, seed: int) -> Any:
-    from prmkit.lab.heads import HeadSpec
+    from prmkit.lab.verifiers.heads import HeadSpec
 
     return HeadSpec(base=config.base, head=config.head, calculator=config.calculator,
                     epochs=config.epochs, lr=config.lr, batch_tokens=config.batch_tokens,
@@ -161,7 +161,7 @@ def spec_of(config: ActiveLearningConfig, seed: int) -> Any:
 
 def selector_stage(config: ActiveLearningConfig, pool: list, test: list, seed: int) -> dict:
     """2. the selector PRM of one seed: trained on a uniform seed set, scoring the pool."""
-    from prmkit.lab.heads import train_and_score
+    from prmkit.lab.verifiers.heads import train_and_score
 
     seed_set = uniform(pool, config.selector_labels, seed + 7919)
     path = os.path.join(config.output, "heads", f"selector-{seed}")
@@ -176,8 +176,8 @@ def quality_stage(config: ActiveLearningConfig, picked: list, test: list, name: 
     """3. one arm's PRM at one budget and seed: trained on its picks' gold labels, its
     best-of-N accuracy per test problem and its step AUC."""
     from prmkit.evaluate.paired import per_problem_accuracy
-    from prmkit.lab.heads import train_and_score
-    from prmkit.lab.summary import step_auc
+    from prmkit.lab.verifiers.heads import train_and_score
+    from prmkit.lab.demo.summary import step_auc
 
     path = os.path.join(config.output, "heads", name)
     scores = train_and_score(picked, test, path, spec_of(config, seed),

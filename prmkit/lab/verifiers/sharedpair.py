@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Sequence
 
-from prmkit.lab.companion import companion_blocker, companion_probs
+from prmkit.lab.verifiers.companion import companion_blocker, companion_probs
 from prmkit.models.sharing.prefix import ShareStats, SharedPrefixScorer, can_share, score_shared
 from prmkit.models.sharing.treepass import pack_blocker
 from prmkit.stepformat import Encoded
@@ -15,7 +15,7 @@ def score_shared_pair(prm: Any, other: Any, problems: Sequence[str],
                       stats: ShareStats | None = None,
                       ) -> tuple[list[list[float | None]], list[list[float | None]]]:
     """:func:`score_shared` of ``prm`` and of ``other``, a companion on the same body, in one tree
-    pass (:mod:`prmkit.lab.companion`). Where that cannot hold for some solution, or the model
+    pass (:mod:`prmkit.lab.verifiers.companion`). Where that cannot hold for some solution, or the model
     reads no tree in one pass, each is scored on its own."""
     stats = stats if stats is not None else ShareStats()
     if can_share(prm) and pack_blocker(prm) is None and companion_blocker(prm, other) is None \

@@ -1,7 +1,7 @@
 """The lab demo: the whole PRM story on one CPU (``prmkit demo``, ``make demo``).
 
 Every stage is the library code a user runs on real data; only the policy is the lab's
-synthetic one (:mod:`prmkit.lab.policy`). The PRM (a surprisal head) and the ORM are heads on
+synthetic one (:mod:`prmkit.lab.world.policy`). The PRM (a surprisal head) and the ORM are heads on
 a frozen SmolLM2-135M, trained here on the same candidates with the same budget, both reading a
 calculator's notes on wrong equations (``--no-calculator`` leaves them out).
 
@@ -32,8 +32,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.lab import implicitstage, summary
-from prmkit.lab.scorestage import score_test
+from prmkit.lab.demo import implicit as implicitstage
+from prmkit.lab.demo import summary
+from prmkit.lab.demo.scoring import score_test
 from prmkit.lab.stages import Lazy, Printer, prepare, stage, stage_json
 from prmkit.models.reading import fast_dtype
 from prmkit.records import Record, read_records
@@ -125,7 +126,7 @@ class DemoConfig:
     implicit: bool = field(default=False, metadata={
         "help": "also train an implicit PRM (Yuan et al. 2024: beta log pi/pi_ref, outcome labels "
                 "only) on the training candidates and report its best-of-N and step AUC as rows "
-                "of their own, not in the claims (prmkit.lab.implicitstage)"})
+                "of their own, not in the claims (prmkit.lab.demo.implicit)"})
     implicit_last_k: int = field(default=2, metadata={
         "help": "--implicit: the implicit PRM's trained layers, the base's last k and its final norm"})
     implicit_epochs: int = field(default=2, metadata={"help": "--implicit: the implicit PRM's epochs"})

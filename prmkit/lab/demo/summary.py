@@ -10,7 +10,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from prmkit.lab import claims as lab_claims
+from prmkit.lab.demo import claims as lab_claims
 from prmkit.lab.stats import print_rows, write_summary
 from prmkit.records import Record
 
@@ -45,7 +45,7 @@ class Results:
     labels: Labels
     search: dict[str, Any]
     gold: dict[str, Record]
-    implicit: dict[str, Any] | None = None   # prmkit.lab.implicitstage.implicit_figures
+    implicit: dict[str, Any] | None = None   # prmkit.lab.demo.implicit.implicit_figures
 
 
 def bestofn_stage(config: Any, scored: Sequence[Record], say: Any) -> BestOfN:
@@ -168,7 +168,7 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
 
 
 def implicit_rows(figures: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """The summary's rows for the implicit PRM (:mod:`prmkit.lab.implicitstage`; none when it
+    """The summary's rows for the implicit PRM (:mod:`prmkit.lab.demo.implicit`; none when it
     did not run)."""
     if figures is None:
         return []
