@@ -27,7 +27,8 @@ def base(tmp_path):
 def demo_args(base, out, *extra):
     return ["demo", "--base", base, "--output", str(out), "--train-problems", "6",
             "--train-n", "2", "--test-problems", "4", "--n", "4", "--search-problems", "2",
-            "--beam-n", "1", "--beam-m", "1", "--last-k", "1", *extra]
+            "--search-min-steps", "2", "--search-max-steps", "3", "--beam-n", "1", "2",
+            "--beam-m", "1", "--last-k", "1", *extra]
 
 
 def test_demo_runs_every_stage_and_reports_what_it_measured(base, tmp_path, capsys):
@@ -81,17 +82,26 @@ def test_demo_runs_every_stage_and_reports_what_it_measured(base, tmp_path, caps
     spent = (sum(r.meta["mc"]["rollouts_spent"] for r in binary),
              sum(r.meta["mc"]["rollouts_spent"] for r in mc))
     assert f"({spent[0]} / {spent[1]})" in printed
-    assert [row["method"] for row in summary["search"]["rows"]] == ["beam", "best-of-n"]
-    # best-of-4B (4 of the 4 test candidates) is the PRM's pick among all of them
-    assert summary["search"]["rows"][1]["n"] == 4
-    # every claim is a verdict with its paired interval, printed as YES or NO
+    assert [(row["method"], row["n"]) for row in summary["search"]["rows"]] == [
+        ("beam", 1), ("best-of-n", 4), ("beam", 2), ("best-of-n", 8)]
+    # every claim is a verdict with its paired interval, printed as YES or NO; the widths'
+    # claims are Holm's: one holds only where its interval is above -5, and the family claim
+    # is the first in Holm's order
+    widths = {"beam_b1_matches_best_of_4", "beam_b2_matches_best_of_8"}
     assert set(summary["claims"]) == {"prm_beats_majority", "prm_beats_orm", "gap_grows_with_n",
-                                      "beam_matches_4x_best_of_n"}
+                                      "beam_matches_4x_best_of_n"} | widths
     for name, claim in summary["claims"].items():
         lo, hi = claim["ci95"]
         assert lo <= claim["difference"] <= hi
-        assert claim["holds"] == (lo > (-5.0 if name.startswith("beam") else 0.0))
+        if name in widths:
+            assert not claim["holds"] or lo > -5.0
+        else:
+            assert claim["holds"] == (lo > (-5.0 if name.startswith("beam") else 0.0))
+    family = summary["claims"]["beam_matches_4x_best_of_n"]
+    assert family in [summary["claims"][w] for w in widths]
+    assert family["holds"] == any(summary["claims"][w]["holds"] for w in widths)
     assert printed.count("claim: ") == 4 and ("YES: " in printed or "NO: " in printed)
+    assert printed.count("  beam at B=") == 2
     assert summary["prm_step_auc"] == pytest.approx(by_pairs)
     # the ORM's step AUC, the same brute force over its own step scores (its last one is the
     # outcome score that ranks candidates)
@@ -178,26 +188,33 @@ def test_demo_never_deletes_a_folder_it_did_not_make(base, tmp_path, capsys):
     assert (out / "thesis.tex").read_text() == "precious"
 
 
-def test_demo_samples_best_of_4b_when_the_test_candidates_are_too_few(base, tmp_path, capsys):
-    # --n 4 test candidates, beam width 2: best-of-8 takes the 4 and samples 4 more, scored by
-    # the same PRM
+def test_demo_searches_harder_problems_of_its_own(base, tmp_path, capsys):
+    # the search problems are their own (seed + 2000), of --search-min-steps to
+    # --search-max-steps operations; best-of-4B takes 4 x the largest width's samples of them,
+    # scored by the same PRM, and a smaller 4B is drawn from those
+    from prmkit.lab import parse_problem
+
     out = tmp_path / "demo"
-    args = demo_args(base, out)
-    args[args.index("--beam-n") + 1] = "2"
-    args[args.index("--beam-m") + 1] = "2"
+    args = demo_args(base, out, "--search-min-steps", "3", "--search-max-steps", "4")
     assert main(args) == 0
-    rows = json.loads((out / "summary.json").read_text())["search"]["rows"]
-    assert [(r["method"], r["n"]) for r in rows] == [("beam", 2), ("best-of-n", 8)]
-    assert rows[1]["problems"] == 2 and "4 more samples per problem" in rows[1]["source"]
-    assert "(4 of 4 per problem)" in rows[1]["source"]
-    claim = json.loads((out / "summary.json").read_text())["claims"]["beam_matches_4x_best_of_n"]
-    assert claim["problems"] == 2
-    # the further samples were read in the test candidates' pass (one tree per problem): their
-    # scores are one-pass scoring's, each sample alone
+    doc = json.loads((out / "summary.json").read_text())
+    search = doc["search"]
+    assert search["problems"] == 2 and search["operations"] == [3, 4]
+    rows = {(r["method"], r["n"]): r for r in search["rows"]}
+    assert set(rows) == {("beam", 1), ("best-of-n", 4), ("beam", 2), ("best-of-n", 8)}
+    test_groups = {r.group for r in read_records(str(out / "test_candidates.jsonl"))}
+    groups = set(rows["beam", 2]["per_problem"])
+    assert groups == set(rows["best-of-n", 8]["per_problem"]) and not groups & test_groups
+    assert all(g.startswith("lab-2000-") for g in groups)     # seed 0 + 2000
+    for r in read_records(str(out / "search_candidates.jsonl")):
+        assert 3 <= len(parse_problem(r.problem).ops) <= 4
+    assert doc["claims"]["beam_matches_4x_best_of_n"]["problems"] == 2
+    # the search samples were read in the test candidates' passes (one tree per problem):
+    # their scores are one-pass scoring's, each sample alone
     from prmkit.models.backends.hf import HFConfig, load_hf_prm
 
     more = read_records(str(out / "search_scored.jsonl"))
-    assert sorted(int(r.id.rsplit("-", 1)[1]) for r in more) == [4, 4, 5, 5, 6, 6, 7, 7]
+    assert sorted(int(r.id.rsplit("-", 1)[1]) for r in more) == sorted(list(range(8)) * 2)
     assert len({r.group for r in more}) == 2
     # the demo scored in what auto means here (PRMKIT_AUTO_DTYPE or the CPU): the reference
     # reads in the same dtype, and the tolerance is that dtype's (ARCHITECTURE.md, "Numerics")
@@ -213,8 +230,10 @@ def test_demo_samples_best_of_4b_when_the_test_candidates_are_too_few(base, tmp_
 @pytest.mark.parametrize("extra, message", [
     (["--select", "prm-mean"], "--select 'prm-mean' is not one of prm-prod, prm-min, prm-last"),
     (["--margin", "-1"], "--margin must be at least 0"),
-    (["--beam-n", "3", "--beam-m", "2"], "--beam-n 3 must be a positive multiple of --beam-m 2"),
-    (["--search-problems", "9"], "--search-problems must be between 0 (all) and --test-problems (4)"),
+    (["--beam-n", "3", "--beam-m", "2"], "--beam-n 3: each width must be a positive multiple of --beam-m 2"),
+    (["--beam-n", "2", "2"], "--beam-n 2 2: a width twice"),
+    (["--search-problems", "0"], "--search-problems must be at least 1"),
+    (["--search-max-steps", "1"], "need 1 <= min_steps <= max_steps"),
     (["--orm-recipe", "mine"], "--orm-recipe 'mine' is not one of class, prm, own"),
 ])
 def test_demo_refuses_bad_claim_settings(base, tmp_path, capsys, extra, message):
@@ -230,7 +249,8 @@ def test_demo_scoring_prints_progress_lines_off_a_terminal(base, tmp_path, capsy
     # the default ORM is a class head on the PRM's frozen body: read in the PRM's passes
     name = "PRM and the ORM (one pass)"
     lines = [l for l in err.splitlines() if f"demo: scoring with the {name}:" in l]
-    assert lines and lines[-1].split(f"{name}: ")[1].startswith("16/16 rec"), lines
+    # 4 x 4 test candidates and 2 search problems x 8 samples (4 x the largest width, 2)
+    assert lines and lines[-1].split(f"{name}: ")[1].startswith("32/32 rec"), lines
 
 
 def test_demo_without_the_calculator(base, tmp_path, capsys):
@@ -289,8 +309,8 @@ def test_demo_implicit_prm_is_its_own_stage_with_its_own_rows(base, tmp_path, ca
     assert row.startswith(f"{_pairs_auc(steps):.3f} (outcome labels only")
     assert summary["summary"]["best-of-4 accuracy, implicit PRM (prod / min / last)"].startswith(
         f"{by_hand:.1f}% / ")
-    assert set(summary["claims"]) == {"prm_beats_majority", "prm_beats_orm", "gap_grows_with_n",
-                                      "beam_matches_4x_best_of_n"}
+    assert {"prm_beats_majority", "prm_beats_orm", "gap_grows_with_n",
+            "beam_matches_4x_best_of_n"} <= set(summary["claims"])
 
     # its own settings changed: only its stage is done again
     assert main(demo_args(base, out, *implicit[:-1], "2")) == 0

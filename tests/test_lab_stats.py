@@ -89,3 +89,30 @@ def test_summary_is_written_whole_and_rows_print_aligned(tmp_path, capsys):
     assert stats.verdict(c) == "YES: +2.0 points, 95% CI [+0.5, +3.2] over 80 problems"
     assert stats.verdict({**c, "holds": False}, level="90%").startswith("NO: +2.0 points, 90% CI")
     assert not math.isnan(stats.wilson(0.5, 1.5)[1])      # fractional counts (draw averages)
+
+
+def test_holm_on_a_textbook_case():
+    # four p-values at alpha 0.05: sorted 0.005 (<= 0.05/4), 0.01 (<= 0.05/3), 0.03 (> 0.05/2):
+    # the first two are rejected; the step-down stops at the third, so 0.04 is not.
+    out = stats.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005}, 0.05)
+    assert {k: v[0] for k, v in out.items()} == {"a": True, "b": False, "c": False, "d": True}
+    assert out["d"][1] == pytest.approx(0.0125) and out["a"][1] == pytest.approx(0.05 / 3)
+    assert out["c"][1] == pytest.approx(0.025) and out["b"][1] == pytest.approx(0.05)
+    assert list(out) == ["d", "a", "c", "b"]          # Holm's order
+
+
+def test_paired_holm_reads_each_claim_at_its_level():
+    keys = [str(i) for i in range(40)]
+    same = {k: 1.0 for k in keys}
+    # "tie": a and b agree on every problem: every bootstrap mean is 0, p = 0, interval [0, 0]
+    # "worse": a is 10 points below b on 4 of 40 problems' worth (4 problems lost): mean -10
+    worse = {k: (0.0 if i < 4 else 1.0) for i, k in enumerate(keys)}
+    out = stats.paired_holm({"tie": (same, same), "worse": (worse, same)}, margin=5.0, seed=0)
+    tie, bad = out["tie"], out["worse"]
+    assert tie["p"] == 0.0 and tie["level"] == pytest.approx(0.975)   # first: 0.025 / 2 a tail
+    assert tie["claim"].ci95 == [0.0, 0.0] and tie["claim"].holds
+    assert bad["claim"].difference == -10.0 and bad["level"] == pytest.approx(0.95)
+    assert bad["p"] > 0.5 and not bad["claim"].holds
+    # one claim alone is paired's claim, draw for draw
+    alone = stats.paired_holm({"worse": (worse, same)}, margin=5.0, seed=0)["worse"]["claim"]
+    assert alone == stats.paired(worse, same, margin=5.0, seed=0)

@@ -12,8 +12,9 @@ calculator's notes on wrong equations (``--no-calculator`` leaves them out).
    Verify's class head read at the last step (``--orm-recipe`` picks another).
 4. **Best-of-N** (Lightman et al. 2023): PRM (prod, min, last), ORM, majority, PRM-weighted
    majority, the exact-label PRM and the oracle.
-5. **Search**: PRM-guided beam search at width B against best-of-4B, with generated tokens
-   (Snell et al. 2024).
+5. **Search**: PRM-guided beam search at widths B against best-of-4B on harder problems of
+   its own, with generated tokens, Holm-corrected over the widths (Snell et al. 2024;
+   :mod:`prmkit.lab.demo.search`).
 6. **Report**: an HTML page with plots, tables and every test solution's steps coloured by
    the PRM; the summary table is printed last.
 
@@ -35,6 +36,8 @@ from prmkit.errors import PrmkitError
 from prmkit.lab.demo import implicit as implicitstage
 from prmkit.lab.demo import summary
 from prmkit.lab.demo.scoring import score_test
+from prmkit.lab.demo.search import search_problems, search_stage
+from prmkit.lab.world.problems import LabConfig
 from prmkit.lab.stages import Lazy, Printer, prepare, stage, stage_json
 from prmkit.models.reading import fast_dtype
 from prmkit.records import Record, read_records
@@ -43,7 +46,7 @@ from prmkit.train.common import HEADS
 # Stored with the settings: a folder written by another version of the stages starts again
 # rather than reusing files the current code would not make. Raise it when a stage's output
 # changes.
-STAGES_VERSION = 9
+STAGES_VERSION = 10
 ORM_RECIPES = ("class", "prm", "own")
 
 
@@ -102,14 +105,18 @@ class DemoConfig:
                 "token, so its training on outcomes also gives step credit, an outcome-"
                 "supervised PRM); own: its last --last-k layers and a class head, at --lr for "
                 "--epochs in batches of --batch-tokens"})
-    search_problems: int = field(default=0, metadata={
-        "help": "test problems for beam search, the first ones of the test set (0: all). "
-                "Beam search against best-of-4B is a non-inferiority claim with a margin of "
-                "--margin points."})
-    beam_n: int = field(default=8, metadata={
-        "help": "beam search width B (candidates per step), compared with best-of-N at 4B "
-                "candidates (the test candidates, and more samples when 4B > --n). With B = M "
-                "one beam survives each step."})
+    search_problems: int = field(default=80, metadata={
+        "help": "problems for beam search: lab problems of their own (seed + 2000), harder "
+                "than the test problems (--search-min-steps, --search-max-steps). Beam search "
+                "at each width B against best-of-4B is a non-inferiority claim with a margin "
+                "of --margin points, the widths Holm-corrected as one family"})
+    search_min_steps: int = field(default=4, metadata={
+        "help": "fewest operations per search problem"})
+    search_max_steps: int = field(default=8, metadata={
+        "help": "most operations per search problem"})
+    beam_n: list[int] = field(default_factory=lambda: [4, 8], metadata={
+        "help": "beam search widths B (candidates per step), each compared with best-of-N at "
+                "4B samples of the search problems. With B = M one beam survives each step."})
     beam_m: int = field(default=4, metadata={
         "help": "beam search: next steps sampled per kept beam (B / M beams are kept; M=4 is "
                 "search-and-learn's beam width)"})
@@ -157,13 +164,15 @@ class DemoConfig:
                               "--implicit-lr positive")
         if self.margin < 0:
             raise PrmkitError(f"--margin must be at least 0, got {self.margin}")
-        if self.beam_n < 1 or self.beam_m < 1 or self.beam_n % self.beam_m:
-            raise PrmkitError(f"--beam-n {self.beam_n} must be a positive multiple of "
-                              f"--beam-m {self.beam_m}")
-        if not 0 <= self.search_problems <= self.test_problems:
-            raise PrmkitError(f"--search-problems must be between 0 (all) and --test-problems "
-                              f"({self.test_problems}), got {self.search_problems}")
-
+        if not self.beam_n or self.beam_m < 1 or any(b < 1 or b % self.beam_m
+                                                      for b in self.beam_n):
+            raise PrmkitError(f"--beam-n {' '.join(map(str, self.beam_n))}: each width must "
+                              f"be a positive multiple of --beam-m {self.beam_m}")
+        if len(set(self.beam_n)) != len(self.beam_n):
+            raise PrmkitError(f"--beam-n {' '.join(map(str, self.beam_n))}: a width twice")
+        if self.search_problems < 1:
+            raise PrmkitError(f"--search-problems must be at least 1, got {self.search_problems}")
+        LabConfig(n=1, min_steps=self.search_min_steps, max_steps=self.search_max_steps)
 
 def run(config: DemoConfig) -> int:
     t0 = time.time()
@@ -199,8 +208,10 @@ def run(config: DemoConfig) -> int:
         config, implicit, world.gold, bon.curve["n"])
     if figures is not None:
         say.stage(4, "; ".join(f"{k}: {v}" for k, v in summary.implicit_rows(figures)))
-    search = stage_json(out, "search.json", lambda: _search(config, world, prm(), scored))
-    say.stage(5, f"search on {search['rows'][0]['problems']} problems: " + "; ".join(
+    search = stage_json(out, "search.json", lambda: search_stage(
+        config, world, prm(), read_records(os.path.join(out, "search_scored.jsonl"))))
+    say.stage(5, f"search on {search['problems']} problems of {search['operations'][0]}-"
+                 f"{search['operations'][1]} operations: " + "; ".join(
         f"{row['method']} n={row['n']} {row['accuracy']:.1f}% at {row['tokens']:.0f} tokens"
         for row in search["rows"]))
     result = summary.Results(config, scored, bon, labels, search, world.gold, figures)
@@ -216,7 +227,8 @@ class World:
     test: list[Record]
     test_problems: list[Record]
     gold: dict[str, Record]
-    more: list[Record]          # best-of-4B's samples beyond the test candidates (search)
+    search_problems: list[Record]   # the search stage's own, harder problems
+    more: list[Record]              # best-of-4B's samples of the search problems
     policy: Any
     prompter: Any
     policy_name: str
@@ -236,26 +248,17 @@ def _world(config: DemoConfig, out: str, say: "Printer") -> World:
     test = stage(out, "test_candidates.jsonl", lambda: candidates_of(
         test_p, config.n, policy, prompter, policy_name, config.seed + 1))
     gold = {r.id: gold_record(r) for r in train + test}
-    more = stage(out, "search_candidates.jsonl", lambda: further_samples(config, test_p, policy,
-                                                                          prompter, policy_name))
+    search_p = search_problems(config)
+    more = stage(out, "search_candidates.jsonl", lambda: candidates_of(   # best-of-4B's
+        search_p, 4 * max(config.beam_n), policy, prompter, policy_name, config.seed + 2))
     say.stage(1, f"{len(train_p)} training problems x {config.train_n} candidates, "
                  f"{len(test_p)} test problems x {config.n}; {config.min_steps}-{config.max_steps} "
                  f"operations, policy {policy_name}: candidate accuracy "
-                 f"{summary.pct(100 * summary.mean(r.is_correct for r in train + test))}")
-    return World(train, test, test_p, gold, more, policy, prompter, policy_name)
-
-
-def further_samples(config: DemoConfig, test_p: Sequence[Record], policy: Any, prompter: Any,
-                    name: str) -> list[Record]:
-    """Best-of-4B's samples beyond the ``--n`` test candidates, on the search problems, from
-    another seed, numbered on after the test candidates' own; none when 4B <= n."""
-    extra = 4 * config.beam_n - config.n
-    if extra <= 0:
-        return []
-    first = test_p[:config.search_problems or None]   # 0: all
-    more = candidates_of(first, extra, policy, prompter, name, config.seed + 2)
-    return [Record(**{**r.to_dict(), "id": f"{r.group}-{config.n + i % extra}"})
-            for i, r in enumerate(more)]
+                 f"{summary.pct(100 * summary.mean(r.is_correct for r in train + test))}; "
+                 f"{len(search_p)} search problems of {config.search_min_steps}-"
+                 f"{config.search_max_steps} operations x {4 * max(config.beam_n)} samples, "
+                 f"accuracy {summary.pct(100 * summary.mean(r.is_correct for r in more))}")
+    return World(train, test, test_p, gold, search_p, more, policy, prompter, policy_name)
 
 
 def _labels(config: DemoConfig, out: str, world: World, say: "Printer") -> "summary.Labels":
@@ -344,49 +347,6 @@ def _load(model_dir: str, dtype: str) -> Any:
     from prmkit.models.backends.hf import HFConfig, load_hf_prm
 
     return load_hf_prm(os.path.join(model_dir, "last"), config=HFConfig(dtype=dtype))
-
-
-def _search(config: DemoConfig, world: World, prm: Any, scored: Sequence[Record]) -> dict[str, Any]:
-    """5. beam search at width B against best-of-N at 4B, on the first test problems.
-    Best-of-4B takes the test candidates and :func:`further_samples`; both choose by
-    ``--select``."""
-    from prmkit.evaluate.paired import per_problem_accuracy
-    from prmkit.generate.run import Problem
-    from prmkit.search.beam import BeamConfig, beam_search
-
-    first = world.test_problems[:config.search_problems or None]   # 0: all
-    chosen = [Problem(p.id, p.problem, p.reference) for p in first]
-    b, big = config.beam_n, 4 * config.beam_n
-    rows = [_search_row("beam", b, beam_search(chosen, world.policy, world.prompter, prm,
-                                               BeamConfig(n=b, m=config.beam_m, seed=config.seed,
-                                                          select=config.select)))]
-    ids = {p.id for p in chosen}
-    mine = [r for r in scored if r.group in ids]
-    source = f"the test candidates ({min(big, config.n)} of {config.n} per problem)"
-    if big > config.n:
-        more = read_records(os.path.join(config.output, "search_scored.jsonl"))
-        mine += [r for r in more if r.group in ids]
-        source += f" and {big - config.n} more samples per problem (seed {config.seed + 2})"
-    acc = per_problem_accuracy(mine, config.select, big, seed=config.seed)
-    scale = big / config.n if big <= config.n else 1.0    # the expected tokens of 4B of them
-    tokens = sum(int(r.meta.get("completion_tokens", 0)) for r in mine) * scale
-    rows.append({"method": "best-of-n", "n": big, "problems": len(acc),
-                 "accuracy": 100.0 * sum(acc.values()) / max(1, len(acc)),
-                 "tokens": tokens / max(1, len(acc)), "prm_tokens": None, "source": source,
-                 "per_problem": acc})
-    return {"policy": world.policy_name, "prm": "the demo's PRM (prm/last)", "rows": rows}
-
-
-def _search_row(method: str, n: int, result: Any) -> dict[str, Any]:
-    picked = [r for r in result.records if r.meta.get("selected")]
-    total = result.account.total
-    k = max(1, len(picked))
-    return {"method": method, "n": n, "problems": len(picked),
-            "accuracy": 100.0 * summary.mean(r.is_correct for r in picked),
-            "tokens": total.tokens_generated / k,
-            "prm_tokens": None if total.prm_tokens is None else total.prm_tokens / k,
-            "seconds": total.seconds,
-            "per_problem": {r.group: float(bool(r.is_correct)) for r in picked}}
 
 
 def add_arguments(p: Any) -> None:

@@ -1,6 +1,6 @@
 """Stage 4 of the lab demo (:mod:`prmkit.lab.demo.run`): the test candidates scored by the PRM and
-the ORM, and best-of-4B's further samples by the PRM, each problem's candidates read as one
-tree of shared prefixes (:mod:`prmkit.models.sharing.prefix`)."""
+the ORM, and best-of-4B's samples of the search problems by the PRM, each problem's candidates
+read as one tree of shared prefixes (:mod:`prmkit.models.sharing.prefix`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from prmkit.records import Record, write_records
 
 
 def score_test(world: Any, prm: Any, orm: Any, out: str) -> list[Record]:
-    """4. the test candidates' step scores by the PRM and the ORM. Best-of-4B's further samples
-    are read in the same tree pass as the problem's test candidates and written to
+    """4. the test candidates' step scores by the PRM and the ORM. Best-of-4B's samples of the
+    search problems are read in the same passes (one tree per problem) and written to
     ``search_scored.jsonl`` before this stage's own file. An ORM that is a class head on the PRM's
     frozen body is read in the PRM's passes (:mod:`prmkit.lab.verifiers.companion`); another on its own."""
     from prmkit.lab.verifiers.companion import companion_blocker

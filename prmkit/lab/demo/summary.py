@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from prmkit.lab.demo import claims as lab_claims
-from prmkit.lab.stats import print_rows, write_summary
+from prmkit.lab.demo.search import beam_claims, width_claim_name
+from prmkit.lab.stats import print_rows, verdict, write_summary
 from prmkit.records import Record
 
 PRM_METHODS = ("prm-prod", "prm-min", "prm-last")
@@ -71,15 +72,13 @@ def claims_of(res: Results) -> dict[str, lab_claims.Claim]:
     """The four claims, from the scored test candidates and the search rows."""
     cfg = res.config
     out = lab_claims.bestofn_claims(res.scored, cfg.select, cfg.n, cfg.seed)
-    beam, bon = search_row(res.search, "beam"), search_row(res.search, "best-of-n")
-    out["beam_matches_4x_best_of_n"] = lab_claims.beam_claim(
-        beam["per_problem"], bon["per_problem"], cfg.margin, cfg.seed)
+    out.update(beam_claims(res.search, cfg.margin, cfg.seed)[0])
     return out
 
 
-def search_row(search: dict[str, Any], method: str) -> dict[str, Any]:
-    """The search stage's row of ``method`` (beam, or best-of-n at 4B)."""
-    return next(r for r in search["rows"] if r["method"] == method)
+def search_row(search: dict[str, Any], method: str, n: int) -> dict[str, Any]:
+    """The search stage's row of ``method`` (beam, or best-of-n) at width or size ``n``."""
+    return next(r for r in search["rows"] if r["method"] == method and r["n"] == n)
 
 
 def finish(res: Results, out: str, say: Any, seconds: float) -> None:
@@ -150,7 +149,6 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
         rows.append(("the calculator alone: step AUC", f"{alone:.3f} (1 until a step's "
                      f"equation is wrong, 0 from there; the PRM and the ORM read its notes)"))
     s = cfg.select
-    beam, bon = search_row(res.search, "beam"), search_row(res.search, "best-of-n")
     rows += [
         lab_claims.verdict_line(claims["prm_beats_majority"],
                                 f"claim: PRM ({s}) beats majority at N={n}?"),
@@ -160,10 +158,25 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
                                 f"claim: PRM - ORM gap larger at N={n} than at N=2?"),
         lab_claims.verdict_line(
             claims["beam_matches_4x_best_of_n"],
-            f"claim: beam at B={beam['n']} >= best-of-{bon['n']} (margin {cfg.margin:g})?"),
-        ("generated tokens per problem, beam / best-of-4B",
-         f"{beam['tokens']:.0f} / {bon['tokens']:.0f}"),
+            f"claim: beam >= best-of-4B at some B in {cfg.beam_n} (margin {cfg.margin:g}, Holm)?"),
     ]
+    return rows + beam_rows(res, claims) + label_rows(res.labels)
+
+
+def beam_rows(res: Results, claims: dict[str, lab_claims.Claim]) -> list[tuple[str, str]]:
+    """Each width's Holm-corrected verdict at its level, and the tokens both spent."""
+    cfg, search = res.config, res.search
+    levels = beam_claims(search, cfg.margin, cfg.seed)[1]
+    rows = []
+    for b in cfg.beam_n:
+        name, beam, bon = width_claim_name(b), search_row(search, "beam", b), \
+            search_row(search, "best-of-n", 4 * b)
+        rows += [(f"  beam at B={b} >= best-of-{4 * b}, {beam['accuracy']:.1f}% vs "
+                  f"{bon['accuracy']:.1f}%", verdict(claims[name].to_dict(),
+                                                   level=f"{100 * levels[name]:g}%")),
+                 (f"  generated tokens per problem, beam B={b} / best-of-{4 * b}",
+                  f"{beam['tokens']:.0f} / {bon['tokens']:.0f}")]
+    return rows
     return rows + label_rows(res.labels)
 
 
