@@ -109,7 +109,7 @@ class DemoConfig:
         "help": "problems for beam search: lab problems of their own (seed + 2000), harder "
                 "than the test problems (--search-min-steps, --search-max-steps). Beam search "
                 "at each width B against best-of-4B is a non-inferiority claim with a margin "
-                "of --margin points, the widths Holm-corrected as one family"})
+                "of --margin points, the widths Holm-corrected as one family."})
     search_min_steps: int = field(default=4, metadata={
         "help": "fewest operations per search problem"})
     search_max_steps: int = field(default=8, metadata={
