@@ -9,6 +9,12 @@ the sentence's), ``carry`` (its first number is not the previous result), ``answ
 the first error in the gold labels, so the fit learns that hidden steps are safe: the blind spot
 that ``prmkit lab rl``'s PRM-only arm exploits (reward hacking; Gao et al. 2023, DeepSeek-AI
 2025). docs/lab-rl.md.
+
+:class:`FeatureORM` is the outcome model fitted the same way on the same texts: a logistic
+regression of whether the final answer is right on a solution's counts of those features
+(:data:`ORM_FEATURES`, :func:`orm_row`); its score is the last step's, the steps before it
+score None. Outcome labels see a hidden slip through the wrong answer, so it has no such blind
+spot.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import numpy as np
 from prmkit.lab.world.problems import Problem, load_problem
 
 FEATURES = ("bias", "hidden", "calc", "operator", "carry", "answer", "answer_carry")
+ORM_FEATURES = ("bias", "steps", "hidden", "calc", "operator", "carry", "answer_carry")
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _CALC = re.compile(r"(?P<a>-?\d+(?:\.\d+)?) (?P<op>[-+*/]) (?P<b>\d+) = (?P<c>-?\d+(?:\.\d+)?)")
 _ANSWER = re.compile(r"answer is (?P<v>-?\d+(?:\.\d+)?)")
@@ -78,6 +85,32 @@ class FeaturePRM:
 
     def to_dict(self) -> dict[str, Any]:
         return {"features": list(FEATURES), "weights": [round(float(x), 6) for x in self.w]}
+
+
+def orm_row(problem: Problem, steps: Sequence[str]) -> np.ndarray:
+    """One solution's ORM features (:data:`ORM_FEATURES`): 1, its number of steps, and how many
+    of its steps have each of the step features hidden .. carry and answer_carry."""
+    counts = features(problem, steps).sum(axis=0)
+    named = dict(zip(FEATURES, counts))
+    return np.array([1.0, float(len(steps))] + [float(named[k]) for k in ORM_FEATURES[2:]])
+
+
+class FeatureORM(FeaturePRM):
+    """The outcome model with weights ``w`` (one per :data:`ORM_FEATURES`), through the PRM
+    protocol: P(the final answer is right) on the last step, None on the others."""
+
+    def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
+        out: list[list[float | None]] = []
+        for problem, sol in zip(problems, steps):
+            if not sol:
+                out.append([])
+                continue
+            p = 1.0 / (1.0 + np.exp(-float(orm_row(self.problem(problem), sol) @ self.w)))
+            out.append([None] * (len(sol) - 1) + [p])
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"features": list(ORM_FEATURES), "weights": [round(float(x), 6) for x in self.w]}
 
 
 def hazard_rows(problem: Problem, steps: Sequence[str], labels: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from prmkit.errors import PrmkitError
 
-ARMS = ("outcome", "gold", "trained", "prm-only")
+ARMS = ("outcome", "gold", "trained", "orm", "prm-only")
 # Not run by default: outcome plus the gold PRM's step rewards in the other forms of prmkit.rl,
 # to compare what each does to credit (docs/lab-rl.md).
 EXTRA_ARMS = ("gold-raw", "gold-delta", "gold-min", "gold-process")
@@ -28,22 +28,26 @@ DESCRIPTION = """\
 Do step rewards make RL learn from fewer samples, and does a PRM alone get hacked? A policy
 that can learn (a softmax over the lab world's sentence kinds and operators, and whether to
 show each calculation) is trained by GRPO-style policy gradient on lab problems of 4 to 8
-operations, through prmkit's own reward, advantage and diagnostic code, in four arms:
+operations, through prmkit's own reward, advantage and diagnostic code, in five arms:
 
   outcome   GRPO's outcome advantage on every step
-  gold      outcome plus step-local step rewards from the gold PRM
-  trained   the same with a PRM trained on exact labels (it cannot see hidden calculations)
-  prm-only  DeepSeekMath's process advantage from that trained PRM alone (no answers)
+  gold      outcome plus step-local step rewards from the gold PRM, which checks stated
+            values (a hidden step whose result is wrong is the wrong step)
+  trained   the same with a PRM trained on the world's text labels (blind to hidden work)
+  orm       GRPO's advantage on a learned ORM's score (no answers)
+  prm-only  DeepSeekMath's process advantage from the trained PRM alone (no answers)
 
 Each arm's learning rate is tuned on seeds of its own, then every arm runs on the same fresh
-seeds. The held-out accuracy after each update is exact, not sampled. Claims, with bootstrap
-95% intervals over seeds: step_rewards_fewer_samples (the gold arm reaches outcome-only's
-final accuracy with fewer samples) and prm_only_reward_hacking (the PRM-only arm's PRM score
-rises while its accuracy falls, and the reward-hacking diagnostic flags it). Writes
-OUTPUT/summary.json and OUTPUT/report.html; a rerun with the same settings reuses every
-finished run.
+seeds. The held-out accuracy after each update is exact, not sampled; the ceiling (the best
+accuracy the policy family can reach) is computed exactly. Claims, with paired bootstrap 95%
+intervals over seeds: step_rewards_learn_faster (primary: the gold arm's mean held-out
+accuracy over updates 1..U minus outcome-only's, above 0), step_rewards_fewer_samples
+(secondary: outcome-only's samples to halfway from the start to the ceiling over the gold
+arm's, above 1) and prm_only_reward_hacking (the PRM-only arm's PRM score rises while its
+accuracy falls, and the reward-hacking diagnostic flags it). Writes OUTPUT/summary.json and
+OUTPUT/report.html; a rerun with the same settings reuses every finished run.
 """
-STAGES_VERSION = 1
+STAGES_VERSION = 2
 
 
 @dataclass
@@ -59,6 +63,12 @@ class LabRLConfig:
     updates: int = field(default=40, metadata={"help": "policy-gradient updates per run"})
     problems_per_update: int = field(default=2, metadata={"help": "problems per update"})
     group: int = field(default=8, metadata={"help": "samples per problem (a GRPO group)"})
+    margin: float = field(default=0.0, metadata={
+        "help": "the primary claim holds when its 95%% interval's lower end is above -MARGIN "
+                "points"})
+    target_share: float = field(default=0.5, metadata={
+        "help": "the secondary claim's target: this share of the way from the start accuracy "
+                "to the ceiling"})
     step_weight: float = field(default=1.0, metadata={
         "help": "weight w of the step-local term of the gold and trained arms"})
     min_ops: int = field(default=4, metadata={"help": "fewest operations per problem"})
@@ -66,7 +76,7 @@ class LabRLConfig:
     train_problems: int = field(default=400, metadata={"help": "problems the updates draw from"})
     eval_problems: int = field(default=200, metadata={"help": "held-out problems (exact accuracy)"})
     prm_problems: int = field(default=300, metadata={
-        "help": "problems whose base-policy samples train the trained PRM"})
+        "help": "problems whose base-policy samples train the trained PRM and the ORM"})
     prm_samples: int = field(default=4, metadata={"help": "samples per PRM training problem"})
     bootstrap: int = field(default=2000, metadata={"help": "bootstrap resamples of the seeds"})
     arms: str = field(default=",".join(ARMS), metadata={
@@ -83,6 +93,8 @@ class LabRLConfig:
             raise PrmkitError("--group must be at least 2 (GRPO compares a group)")
         if not 1 <= self.min_ops <= self.max_ops:
             raise PrmkitError("need 1 <= --min-ops <= --max-ops")
+        if not 0 < self.target_share < 1:
+            raise PrmkitError("--target-share must be between 0 and 1")
         try:
             lrs = self.lr_list
         except ValueError:
@@ -143,35 +155,71 @@ def right_per_kind(policy: Any) -> np.ndarray:
     return right * (p_show * (1 - policy.slip_shown) + (1 - p_show) * (1 - policy.slip_hidden))
 
 
-def train_prm(cfg: LabRLConfig) -> dict[str, Any]:
-    """Fit the trained PRM on exact labels of the base policy's samples of its own problems."""
-    from prmkit.lab import featureprm
+def ceiling_accuracy(policy: Any, counts: np.ndarray) -> float:
+    """The best :func:`exact_accuracy` the policy family can reach, exactly: a line is right
+    with chance p(right operator) * (p(show) (1 - slip_shown) + (1 - p(show)) (1 - slip_hidden)),
+    at most max(1 - slip_shown, 1 - slip_hidden), and the lines' chances are set apart (one
+    operator and one show probability per kind, independent draws), so the mean of products is
+    highest with every line at that bound: the mean over problems of best ** operations. A
+    supremum: the softmax and sigmoid reach it only in the limit."""
+    best = max(1.0 - policy.slip_shown, 1.0 - policy.slip_hidden)
+    return float(np.mean(best ** counts.sum(axis=1)))
+
+
+def base_samples(cfg: LabRLConfig) -> list[tuple[Any, Any]]:
+    """(problem, sample) pairs: the base policy's ``prm_samples`` samples of each of
+    ``prm_problems`` problems of their own, the training data of the trained PRM and the ORM."""
     from prmkit.lab.stepolicy import StepPolicy
     from prmkit.lab.world.problems import LabConfig, load_problem, make_problems
 
     records = make_problems(LabConfig(n=cfg.prm_problems, min_steps=cfg.min_ops,
                                       max_steps=cfg.max_ops, seed=30_000 + cfg.seed))
     policy, rng = StepPolicy(), random.Random(f"prm-{cfg.seed}")
-    xs, ys = [], []
+    out = []
     for r in records:
         problem = load_problem(r.problem)
-        for _ in range(cfg.prm_samples):
-            s = policy.sample(problem, rng)
-            x, y = featureprm.hazard_rows(problem, s.steps, s.labels)
-            xs.append(x), ys.append(y)
-    x, y = np.concatenate(xs), np.concatenate(ys)
+        out += [(problem, policy.sample(problem, rng)) for _ in range(cfg.prm_samples)]
+    return out
+
+
+def train_prm(cfg: LabRLConfig) -> dict[str, Any]:
+    """Fit the trained PRM on the world's text labels (:func:`prmkit.lab.world.problems.gold_labels`,
+    which do not check stated values) of the base policy's samples."""
+    from prmkit.lab import featureprm
+
+    rows = [featureprm.hazard_rows(p, s.steps, s.labels) for p, s in base_samples(cfg)]
+    x, y = np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows])
     prm = featureprm.FeaturePRM(featureprm.fit(x, y))
     return {**prm.to_dict(), "rows": int(len(y)), "first_errors": int(y.sum())}
 
 
-def make_reward(arm: str, trained: Any) -> Any:
-    """The arm's :class:`ProcessReward`: outcome and the arm's PRM (the trained one where the
-    arm has none of its own, for the diagnostic)."""
-    from prmkit.lab.world.oracle import GoldPRM
+def train_orm(cfg: LabRLConfig) -> dict[str, Any]:
+    """Fit the ORM on the same samples' outcomes (the final answer right, as the outcome
+    reward reads it)."""
+    from prmkit.answers import extract_answer, is_equivalent
+    from prmkit.lab import featureprm
+
+    pairs = base_samples(cfg)
+    x = np.stack([featureprm.orm_row(p, s.steps) for p, s in pairs])
+    y = np.array([float(is_equivalent(extract_answer("\n".join(s.steps)), str(p.answer)))
+                  for p, s in pairs])
+    orm = featureprm.FeatureORM(featureprm.fit(x, y))
+    return {**orm.to_dict(), "rows": int(len(y)), "right": int(y.sum())}
+
+
+def reward_model(arm: str) -> str:
+    """Which model an arm's reward reads: ``gold``, ``orm`` or ``trained`` (outcome-only logs
+    the trained PRM's score for the diagnostic)."""
+    return "gold" if arm.startswith("gold") else "orm" if arm == "orm" else "trained"
+
+
+def make_reward(arm: str, models: dict[str, Any]) -> Any:
+    """The arm's :class:`ProcessReward`: outcome and the arm's model (``models`` by
+    :func:`reward_model`'s names)."""
     from prmkit.rl.rewards import ProcessReward, RewardConfig
 
-    prm = GoldPRM() if arm.startswith("gold") else trained
-    return ProcessReward(prm, RewardConfig(mode="outcome+prm", aggregate="last"))
+    return ProcessReward(models[reward_model(arm)], RewardConfig(mode="outcome+prm",
+                                                                 aggregate="last"))
 
 
 def advantages(arm: str, scored: Sequence[Any], step_weight: float) -> list[list[float]]:
@@ -182,7 +230,9 @@ def advantages(arm: str, scored: Sequence[Any], step_weight: float) -> list[list
     outcomes = [float(bool(s.correct)) for s in scored]
     scores = [[0.0 if x is None else float(x) for x in s.step_scores or []] for s in scored]
     base = outcome_advantages(outcomes)
-    if arm == "outcome":
+    if arm in ("outcome", "orm"):
+        if arm == "orm":
+            base = outcome_advantages([float(s.prm) for s in scored])
         return [[a] * len(row) for a, row in zip(base, scores)]
     if arm == "prm-only":
         return group_advantages("process", outcomes, scores)
@@ -204,13 +254,13 @@ def score_group(reward: Any, cache: dict[Any, Any], problem: str, answer: str,
 
 
 def run_seed(cfg: LabRLConfig, world: World, arm: str, lr: float, seed: str,
-             trained: Any, cache: dict[Any, Any] | None = None) -> dict[str, Any]:
+             models: dict[str, Any], cache: dict[Any, Any] | None = None) -> dict[str, Any]:
     """One training run: the exact held-out accuracy after every update, and the log.
-    ``cache`` holds scored solutions across runs with the same PRM."""
+    ``cache`` holds scored solutions across runs with the same reward model."""
     from prmkit.lab.stepolicy import KINDS, OPERATORS, StepPolicy
     from prmkit.rl.diagnostics import RewardLog
 
-    policy, reward, log = StepPolicy(), make_reward(arm, trained), RewardLog()
+    policy, reward, log = StepPolicy(), make_reward(arm, models), RewardLog()
     order, draws = random.Random(f"order-{seed}"), random.Random(f"samples-{seed}")
     curve, seen = [exact_accuracy(policy, world.eval_counts)], []
     for u in range(cfg.updates):
@@ -224,7 +274,8 @@ def run_seed(cfg: LabRLConfig, world: World, arm: str, lr: float, seed: str,
             for s, a in zip(samples, advantages(arm, scored, cfg.step_weight)):
                 policy.grad_log_prob(s, a, g_op, g_show)
             rows += scored
-            seen += [float(x.prm if arm == "prm-only" else bool(x.correct)) for x in scored]
+            seen += [float(x.prm if arm in ("prm-only", "orm") else bool(x.correct))
+                     for x in scored]
         log.add(u, rows)
         n = cfg.problems_per_update * cfg.group
         policy.update(g_op / n, g_show / n, lr)
@@ -234,16 +285,17 @@ def run_seed(cfg: LabRLConfig, world: World, arm: str, lr: float, seed: str,
             "show": [round(float(x), 4) for x in policy.show_probs()]}
 
 
-def tune(cfg: LabRLConfig, world: World, arm: str, trained: Any, cache: dict[Any, Any],
-         out: str) -> dict[str, Any]:
+def tune(cfg: LabRLConfig, world: World, arm: str, models: dict[str, Any],
+         cache: dict[Any, Any], out: str) -> dict[str, Any]:
     """The arm's learning rate: the one of ``--lrs`` whose tuning runs saw the most of the
-    reward the arm can see; each run is a stage file of its own."""
+    reward the arm can see (its outcomes, or its model's score for orm and prm-only); each run
+    is a stage file of its own."""
     from prmkit.lab.stages import stage_json
 
     seen: dict[str, float] = {}
     for lr in cfg.lr_list:
         runs = [stage_json(out, os.path.join("tune", f"{arm}_lr{lr:g}_{j}.json"),
-                           lambda: run_seed(cfg, world, arm, lr, f"{cfg.seed}-tune-{j}", trained,
+                           lambda: run_seed(cfg, world, arm, lr, f"{cfg.seed}-tune-{j}", models,
                                             cache))
                 for j in range(cfg.tune_seeds)]
         seen[f"{lr:g}"] = round(float(np.mean([r["seen"] for r in runs])), 6)
@@ -252,9 +304,11 @@ def tune(cfg: LabRLConfig, world: World, arm: str, trained: Any, cache: dict[Any
 
 
 def run(cfg: LabRLConfig) -> int:
-    """The whole experiment: trained PRM, tuning, paired runs, summary.json and report.html."""
+    """The whole experiment: trained PRM and ORM, tuning, paired runs, summary.json and
+    report.html."""
     from prmkit.lab import featureprm, rlstats
     from prmkit.lab.stages import Printer, prepare, stage_json
+    from prmkit.lab.stepolicy import StatedGoldPRM, StepPolicy
 
     t0, out = time.time(), cfg.output
     prepare(out, cfg, STAGES_VERSION)
@@ -263,23 +317,27 @@ def run(cfg: LabRLConfig) -> int:
     say = Printer()
     say(f"prmkit lab rl: seed {cfg.seed}, arms {', '.join(cfg.arm_list)}; files in {out}/")
     world = make_world(cfg)
-    info = stage_json(out, "prm.json", lambda: train_prm(cfg))
-    trained = featureprm.FeaturePRM(info["weights"])
-    weights = ", ".join(f"{k} {v:+.2f}" for k, v in zip(info["features"], info["weights"]))
-    say.stage(1, f"trained PRM on {info['rows']} steps of base-policy samples: {weights}")
-    caches: dict[bool, dict[Any, Any]] = {True: {}, False: {}}   # gold PRM or not
-    tuned = {arm: tune(cfg, world, arm, trained, caches[arm.startswith("gold")], out)
+    info = {"prm": stage_json(out, "prm.json", lambda: train_prm(cfg)),
+            "orm": stage_json(out, "orm.json", lambda: train_orm(cfg))}
+    models = {"gold": StatedGoldPRM(), "trained": featureprm.FeaturePRM(info["prm"]["weights"]),
+              "orm": featureprm.FeatureORM(info["orm"]["weights"])}
+    say.stage(1, "trained PRM and ORM on base-policy samples: " + "; ".join(
+        f"{name} " + ", ".join(f"{k} {v:+.2f}" for k, v in zip(m["features"], m["weights"]))
+        for name, m in info.items()))
+    caches: dict[str, dict[Any, Any]] = {"gold": {}, "trained": {}, "orm": {}}
+    tuned = {arm: tune(cfg, world, arm, models, caches[reward_model(arm)], out)
              for arm in cfg.arm_list}
     say.stage(2, "learning rates on " + f"{cfg.tune_seeds} tuning seeds: " + "; ".join(
         f"{a} {t['lr']:g}" for a, t in tuned.items()))
     runs = {arm: [stage_json(out, os.path.join("runs", f"{arm}_{j}.json"),
                              lambda: run_seed(cfg, world, arm, tuned[arm]["lr"],
-                                              f"{cfg.seed}-eval-{j}", trained,
-                                              caches[arm.startswith("gold")]))
+                                              f"{cfg.seed}-eval-{j}", models,
+                                              caches[reward_model(arm)]))
                   for j in range(cfg.seeds)] for arm in cfg.arm_list}
     say.stage(3, f"{cfg.seeds} paired seeds per arm, {cfg.updates} updates of "
                  f"{cfg.problems_per_update * cfg.group} samples")
-    result = rlstats.summarise(cfg, runs, tuned, info)
+    ceiling = ceiling_accuracy(StepPolicy(), world.eval_counts)
+    result = rlstats.summarise(cfg, runs, tuned, info, ceiling)
     result["seconds"] = round(time.time() - t0, 1)
     rlstats.write(out, result, runs)
     say.stage(4, f"summary in {out}/summary.json, report in {out}/report.html")

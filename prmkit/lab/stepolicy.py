@@ -6,7 +6,9 @@ shown calculation slips with chance ``slip_shown``, a hidden one with ``slip_hid
 steps carry a wrong value on. The text is the world's wording, so any PRM reads it.
 :func:`fast_labels` equals :func:`prmkit.lab.world.problems.gold_labels` of the text.
 :meth:`StepPolicy.grad_log_prob` is REINFORCE's score function (Williams 1992), weighted per
-step by the trainer's advantages. docs/lab-rl.md describes the world.
+step by the trainer's advantages. :func:`stated_labels` are the gold labels with stated values
+checked (a hidden step whose result is wrong is the wrong step), and :class:`StatedGoldPRM`
+scores with them. docs/lab-rl.md describes the world.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
-from prmkit.lab.world.problems import Problem, answer_text, apply, number, step_text
+from prmkit.lab.world.problems import (Problem, answer_text, apply, check_step, load_problem, number,
+                              step_text)
 
 KINDS = ("buys", "finds", "gets", "gives away", "loses", "sells", "mul", "div")
 OPERATORS = ("add", "sub", "mul", "div")
@@ -153,9 +156,48 @@ def fast_labels(problem: Problem, steps: Sequence[str], shown: Sequence[bool],
     return labels + [int(ok)]
 
 
+def stated_labels(problem: Problem, steps: Sequence[str]) -> list[int]:
+    """Exact labels that also check stated values: :func:`prmkit.lab.world.problems.gold_labels`, except
+    that a step that claims nothing checkable there (a result stated without its calculation)
+    is checked on the result it states, as the result of a calculation is: right when it is a
+    true value at or after where the solution stands. A hidden slip or a hidden wrong operator
+    is then the wrong step itself, not the next shown one; every step after the first wrong
+    one is 0."""
+    values, answer = problem.values, problem.answer
+    labels, ok, at = [], True, 0
+    for step in steps:
+        if ok:
+            verdict, at = check_step(step, values, answer, at)
+            if verdict is None and _NUMBER.search(step):
+                later = [j for j in range(at, len(values)) if values[j] == _stated(step)]
+                verdict, at = bool(later), (later[0] if later else at)
+            ok = verdict is not False
+        labels.append(int(ok))
+    return labels
+
+
+class StatedGoldPRM:
+    """The gold PRM of ``prmkit lab rl``'s gold arms: :func:`stated_labels` as step scores (1.0
+    right, 0.0 wrong), through the PRM protocol."""
+
+    def __init__(self) -> None:
+        self._problems: dict[str, Problem] = {}
+
+    def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
+        out: list[list[float | None]] = []
+        for text, sol in zip(problems, steps):
+            if text not in self._problems:
+                self._problems[text] = load_problem(text)
+            out.append([float(x) for x in stated_labels(self._problems[text], sol)])
+        return out
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
 def _stated(step: str) -> Fraction:
     """The last number a step states (its result)."""
-    return Fraction(re.findall(r"-?\d+(?:\.\d+)?", step)[-1])
+    return Fraction(_NUMBER.findall(step)[-1])
 
 
 def _written_op(step: str) -> str:
