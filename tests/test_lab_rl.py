@@ -14,9 +14,10 @@ import pytest
 
 from prmkit.cli import main
 from prmkit.errors import PrmkitError
-from prmkit.lab import featureprm, rlstats
-from prmkit.lab.rl import LabRLConfig, advantages, ceiling_accuracy, exact_accuracy
-from prmkit.lab.stepolicy import (KINDS, OPERATORS, StatedGoldPRM, StepPolicy, hidden_text,
+from prmkit.lab.verifiers import featureprm
+from prmkit.lab.rl import stats as rlstats
+from prmkit.lab.rl.run import LabRLConfig, advantages, ceiling_accuracy, exact_accuracy
+from prmkit.lab.rl.policy import (KINDS, OPERATORS, StatedGoldPRM, StepPolicy, hidden_text,
                                   kind_of, stated_labels)
 from prmkit.lab.world.problems import (LabConfig, Op, Problem, answer_text, apply, gold_labels,
                               load_problem, make_problems, number, step_text)
@@ -363,7 +364,7 @@ def test_tiny_run_writes_summary_and_resumes_after_a_kill(tmp_path, monkeypatch,
     for f in (out / "runs").glob("*_2.json"):
         f.unlink()
     (out / "summary.json").unlink()
-    import prmkit.lab.rl as rl
+    import prmkit.lab.rl.run as rl
 
     made = []
     real = rl.run_seed

@@ -33,7 +33,7 @@ EXPERIMENTS = [
      "process against outcome supervision: trace errors (Uesato et al. 2022)"),
     ("active-learning", "activelearning.run", "ActiveLearningConfig",
      "label efficiency of convincing wrong answers (Lightman et al. 2023)"),
-    ("rl", "rl", "LabRLConfig",
+    ("rl", "rl.run", "LabRLConfig",
      "RL with outcome, step and PRM-only rewards on a learnable lab policy (Math-Shepherd; "
      "reward hacking)"),
     ("compute-optimal", "computeoptimal", "ComputeOptimalConfig",

@@ -3,9 +3,9 @@ get hacked?
 
 Tests Math-Shepherd's (Wang et al. 2024) PPO on per-step PRM rewards and DeepSeek-R1's
 (DeepSeek-AI 2025) warning that a learned PRM invites reward hacking, with GRPO-style policy
-gradient on :mod:`prmkit.lab.stepolicy` through :class:`prmkit.rl.rewards.ProcessReward`,
+gradient on :mod:`prmkit.lab.rl.policy` through :class:`prmkit.rl.rewards.ProcessReward`,
 :mod:`prmkit.rl.advantage` and :func:`prmkit.rl.diagnostics.hacking_flags`. The arms, protocol
-and claims (:mod:`prmkit.lab.rlstats`) are in :data:`DESCRIPTION` and docs/lab-rl.md.
+and claims (:mod:`prmkit.lab.rl.stats`) are in :data:`DESCRIPTION` and docs/lab-rl.md.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class World:
 
 
 def make_world(cfg: LabRLConfig) -> World:
-    from prmkit.lab.stepolicy import KINDS, kind_of
+    from prmkit.lab.rl.policy import KINDS, kind_of
     from prmkit.lab.world.problems import LabConfig, load_problem, make_problems
 
     def problems(n: int, seed: int) -> list[Any]:
@@ -148,7 +148,7 @@ def exact_accuracy(policy: Any, counts: np.ndarray) -> float:
 
 def right_per_kind(policy: Any) -> np.ndarray:
     """Per kind, the chance that a line of that kind is right (operator and no slip)."""
-    from prmkit.lab.stepolicy import KINDS, OPERATORS, true_op
+    from prmkit.lab.rl.policy import KINDS, OPERATORS, true_op
 
     p_op, p_show = policy.op_probs(), policy.show_probs()
     right = np.array([p_op[c, OPERATORS.index(true_op(c))] for c in range(len(KINDS))])
@@ -169,7 +169,7 @@ def ceiling_accuracy(policy: Any, counts: np.ndarray) -> float:
 def base_samples(cfg: LabRLConfig) -> list[tuple[Any, Any]]:
     """(problem, sample) pairs: the base policy's ``prm_samples`` samples of each of
     ``prm_problems`` problems of their own, the training data of the trained PRM and the ORM."""
-    from prmkit.lab.stepolicy import StepPolicy
+    from prmkit.lab.rl.policy import StepPolicy
     from prmkit.lab.world.problems import LabConfig, load_problem, make_problems
 
     records = make_problems(LabConfig(n=cfg.prm_problems, min_steps=cfg.min_ops,
@@ -185,7 +185,7 @@ def base_samples(cfg: LabRLConfig) -> list[tuple[Any, Any]]:
 def train_prm(cfg: LabRLConfig) -> dict[str, Any]:
     """Fit the trained PRM on the world's text labels (:func:`prmkit.lab.world.problems.gold_labels`,
     which do not check stated values) of the base policy's samples."""
-    from prmkit.lab import featureprm
+    from prmkit.lab.verifiers import featureprm
 
     rows = [featureprm.hazard_rows(p, s.steps, s.labels) for p, s in base_samples(cfg)]
     x, y = np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows])
@@ -197,7 +197,7 @@ def train_orm(cfg: LabRLConfig) -> dict[str, Any]:
     """Fit the ORM on the same samples' outcomes (the final answer right, as the outcome
     reward reads it)."""
     from prmkit.answers import extract_answer, is_equivalent
-    from prmkit.lab import featureprm
+    from prmkit.lab.verifiers import featureprm
 
     pairs = base_samples(cfg)
     x = np.stack([featureprm.orm_row(p, s.steps) for p, s in pairs])
@@ -257,7 +257,7 @@ def run_seed(cfg: LabRLConfig, world: World, arm: str, lr: float, seed: str,
              models: dict[str, Any], cache: dict[Any, Any] | None = None) -> dict[str, Any]:
     """One training run: the exact held-out accuracy after every update, and the log.
     ``cache`` holds scored solutions across runs with the same reward model."""
-    from prmkit.lab.stepolicy import KINDS, OPERATORS, StepPolicy
+    from prmkit.lab.rl.policy import KINDS, OPERATORS, StepPolicy
     from prmkit.rl.diagnostics import RewardLog
 
     policy, reward, log = StepPolicy(), make_reward(arm, models), RewardLog()
@@ -306,9 +306,10 @@ def tune(cfg: LabRLConfig, world: World, arm: str, models: dict[str, Any],
 def run(cfg: LabRLConfig) -> int:
     """The whole experiment: trained PRM and ORM, tuning, paired runs, summary.json and
     report.html."""
-    from prmkit.lab import featureprm, rlstats
+    from prmkit.lab.verifiers import featureprm
+    from prmkit.lab.rl import stats as rlstats
     from prmkit.lab.stages import Printer, prepare, stage_json
-    from prmkit.lab.stepolicy import StatedGoldPRM, StepPolicy
+    from prmkit.lab.rl.policy import StatedGoldPRM, StepPolicy
 
     t0, out = time.time(), cfg.output
     prepare(out, cfg, STAGES_VERSION)

@@ -224,7 +224,7 @@ def lines(result: dict[str, Any]) -> list[str]:
 
 def write(out: str, result: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> None:
     """summary.json and report.html in ``out``."""
-    from prmkit.lab import rlreport
+    from prmkit.lab.rl import report as rlreport
 
     write_summary(out, result)
     rlreport.write_report(os.path.join(out, "report.html"), result, runs)
