@@ -1,6 +1,7 @@
-"""prmkit lab compute-optimal: its statistics on hand-worked examples, its trained n-gram PRM,
-and the command at tiny sizes (resumed after a kill)."""
+"""prmkit lab compute-optimal: its statistics on hand-worked and brute-force examples, its
+trained n-gram PRM, and the command at tiny sizes (resumed after a kill)."""
 
+import itertools
 import json
 import math
 import os
@@ -10,32 +11,75 @@ import sys
 import numpy as np
 import pytest
 
+from prmkit import select
 from prmkit.errors import PrmkitError
+from prmkit.lab.computeoptimal import final_pick
 from prmkit.lab.cosummary import claims
-from prmkit.lab.costats import (Budget, Data, bon_curve, cv_choice, figures, fold_ids,
-                                   samples_needed)
+from prmkit.lab.costats import (Budget, Data, bon_curve, curve_grid, cv_choice, figures,
+                                fold_ids, holm, samples_needed, weighted_draws)
 from prmkit.lab.ngramprm import NgramPRM, fit_ngram_prm, hazard_examples, ngrams, words
 from prmkit.records import Record
 from prmkit.search.compute_optimal import Outcome, compute_optimal
 
 
-def test_bon_curve_is_the_exact_expectation_over_subsets():
-    # ranked by score: 0.9 (wrong), 0.7 (right), 0.5 (right)
-    # n=1: 2/3; n=2: {a,b}->a, {a,c}->a, {b,c}->c(0.7): 1/3; n=3: a: 0
-    assert np.allclose(bon_curve([0.9, 0.5, 0.7], [0, 1, 1]), [2 / 3, 1 / 3, 0.0])
-    # a tie goes to the earlier sample: n=2 picks sample 0, which is wrong
-    assert np.allclose(bon_curve([0.5, 0.5], [0, 1]), [0.5, 0.0])
-    with pytest.raises(PrmkitError):
-        bon_curve([], [])
+def _pool(rows, group="p"):
+    """Records of one problem's pool: (answer, last-step score, right) per sample."""
+    return [Record(id=f"{group}-{k}", problem="q", steps=["first", f"step {k}"], answer=a, group=group,
+                   step_scores=[0.3, s], is_correct=bool(c), meta={"complete": True})
+            for k, (a, s, c) in enumerate(rows)]
+
+
+HAND = [("12", 0.5, 1), ("30", 0.9, 0), ("12", 0.5, 1), ("7", 0.2, 0)]
+
+
+def test_weighted_draws_by_hand():
+    # answers' summed last-step scores: 12 -> 0.5 per sample, 30 -> 0.9, 7 -> 0.2.
+    # n=4: 12 sums 1.0 > 0.9: right (argmax picks 30: wrong). n=2: of the 6 pairs, right are
+    # {12, 12}, {12a, 7}, {12b, 7}: 1/2. n=3: of the 4 triples, right are those with both 12s:
+    # 1/2. n=1: 2 of 4 samples right.
+    got = weighted_draws(_pool(HAND), [1, 2, 3, 4], 4000, np.random.default_rng(0))["p"]
+    assert got[3] == 1.0
+    assert got[:3] == pytest.approx([0.5, 0.5, 0.5], abs=0.04)
+    assert bon_curve([s for _, s, _ in HAND], [c for *_, c in HAND])[3] == 0.0
+    with pytest.raises(PrmkitError, match="cannot draw 5"):
+        weighted_draws(_pool(HAND), [5], 10, np.random.default_rng(0))
+
+
+def test_weighted_draws_match_select_over_every_ordered_draw():
+    # scores in sixteenths add exactly, so two answers can tie and the draw order decides
+    rng = np.random.default_rng(3)
+    rows = [(str(rng.integers(0, 3)), int(rng.integers(1, 16)) / 16, 0) for _ in range(6)]
+    rows = [(a, s, int(a == "1")) for a, s, _ in rows]
+    recs = _pool(rows)
+    got = weighted_draws(recs, [2, 3, 5], 20000, np.random.default_rng(1))["p"]
+    for j, n in enumerate([2, 3, 5]):
+        picks = [select.select([recs[i] for i in order], "weighted-majority", "last")[0]
+                 for order in itertools.permutations(range(6), n)]
+        exact = sum(r.is_correct for r in picks) / len(picks)
+        assert got[j] == pytest.approx(exact, abs=0.03), n
+
+
+def test_final_pick_votes_among_finished_candidates():
+    recs = _pool([("5", 0.9, 0), ("7", 0.5, 1), ("7", 0.5, 1), ("5", 0.2, 0)])
+    recs[3].meta["complete"] = False                 # unfinished: it does not vote
+    assert final_pick(recs) is recs[1]               # 7 sums 1.0 against 5's 0.9
+    for r in recs:
+        r.meta["complete"] = False                   # none finished: all vote, 5 sums 1.1
+    assert final_pick(recs) is recs[0]
+
+
+def test_curve_grid_holds_every_budget_and_its_best_of_n():
+    assert curve_grid(144, [4, 8, 16, 32], 4) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64,
+                                                   80, 96, 128, 144]
 
 
 def test_samples_needed_interpolates_the_first_crossing():
-    curve = np.array([0.2, 0.4, 0.5])
-    assert samples_needed(curve, 0.3) == pytest.approx(1.5)     # halfway from n=1 to n=2
-    assert samples_needed(curve, 0.45) == pytest.approx(2.5)
-    assert samples_needed(curve, 0.1) == 1.0
-    assert samples_needed(curve, 0.5) == 3.0
-    assert math.isinf(samples_needed(curve, 0.6))
+    grid, curve = [1, 2, 4], np.array([0.2, 0.4, 0.5])
+    assert samples_needed(grid, curve, 0.3) == pytest.approx(1.5)   # halfway from 1 to 2
+    assert samples_needed(grid, curve, 0.45) == pytest.approx(3.0)  # halfway from 2 to 4
+    assert samples_needed(grid, curve, 0.1) == 1.0
+    assert samples_needed(grid, curve, 0.5) == 4.0
+    assert math.isinf(samples_needed(grid, curve, 0.6))
 
 
 def test_fold_ids_count_positions_within_each_bin():
@@ -78,12 +122,13 @@ def test_cv_choice_weights_count_a_problem_twice():
 
 
 def _data():
-    # 4 problems, a pool of 4 samples each, one budget n=2 with best-of-n and beam
-    curves = np.array([[0.25, 0.5, 0.75, 1.0]] * 4)       # best-of-n: n / 4
+    # 4 problems, best-of-n drawn at 1, 2, 4, 8, 12; one budget n=2 with best-of-n and beam
+    grid = [1, 2, 4, 8, 12]
+    curves = np.array([[0.25, 0.5, 0.75, 0.9, 1.0]] * 4)
     beam = np.array([1.0, 1.0, 1.0, 0.0])                   # 0.75 on average
     budget = Budget(2, ["best-of-n", "beam"], np.array([curves[:, 1], beam]),
                     np.array([[20.0] * 4, [24.0] * 4]))
-    return Data([budget], curves, np.full(4, 10.0), probe_samples=1,
+    return Data([budget], grid, curves, np.full(4, 10.0), probe_samples=1,
                 probe_tokens=np.full(4, 10.0), folds=2,
                 bins={"one": np.zeros(4, int), "two": np.array([0, 0, 1, 1])})
 
@@ -95,38 +140,69 @@ def test_figures_by_hand():
     # fold 0 = p0, p2 (trained on p1, p3: beam 0.5 vs 0.5 -> best-of-n: 0.5 each)
     # fold 1 = p1, p3 (trained on p0, p2: beam 1.0 -> beam: 1.0 and 0.0)
     assert f["co"] == [pytest.approx(0.5)]
-    assert f["bon_n"] == [pytest.approx(2.0)]               # best-of-n reaches 0.5 at n = 2
-    assert f["e_samples"] == [pytest.approx(1.0)]
+    assert f["ref_n"] == [8] and f["ref"] == [pytest.approx(0.9)]     # best-of-4n
+    assert f["bon_needed"] == [pytest.approx(2.0)]            # best-of-n reaches 0.5 at n = 2
     assert f["co_tokens"] == [pytest.approx((20 + 20 + 24 + 24) / 4)]
     assert f["e_tokens"] == [pytest.approx(2.0 * 10 / 22)]
     charged = figures(_data(), "one", np.ones(4), charge_probe=True)
-    assert charged["e_samples"] == [pytest.approx(2.0 / 3)]  # n + 1 probe sample
-    assert charged["e_tokens"] == [pytest.approx(20 / 32)]
+    assert charged["ref_n"] == [12] and charged["ref"] == [pytest.approx(1.0)]  # 4 x (2 + 1)
+    assert charged["ref4n"] == [pytest.approx(0.9)]
+    assert charged["e_tokens"] == [pytest.approx(20 / 32)]    # the probe's 10 tokens added
 
 
 def test_figures_cap_a_censored_efficiency_at_the_pool():
     data = _data()
-    data.curves = np.array([[0.1, 0.2, 0.3, 0.4]] * 4)
+    data.curves = np.array([[0.1, 0.2, 0.3, 0.35, 0.4]] * 4)
     f = figures(data, "one", np.ones(4), charge_probe=False)
-    assert f["censored"] == [True] and f["e_samples"] == [pytest.approx(4 / 2)]
+    assert f["censored"] == [True] and f["e_tokens"] == [pytest.approx(12 * 10 / 22)]
 
 
-def test_claims_hold_by_their_intervals():
-    def fig(e, co, single):
-        return {"n": [4, 8], "e_samples": e, "co": co, "single": single, "censored": [False] * 2}
+def test_holm_steps_down_by_hand():
+    # four tests, each bootstrap distribution uniform on [a, a + 10] (10001 points), margin 2:
+    # p = share at or below -2: A (a=-1) 0, B (a=-2.1) 101/10001, C (a=-2.115) 116/10001,
+    # D (a=-3) 1001/10001; so the steps are A, B, C, D at 1 - 0.05/4, 1 - 0.05/3, 1 - 0.05/2
+    # and 0.95. Low ends: A -1 + 10 x 0.625% = -0.9375 (holds); B -2.1 + 10 x 0.8333% =
+    # -2.0167 (fails, and the step-down stops); C -2.115 + 0.125 = -1.99 would hold at its
+    # level, and does not; D -3 + 0.25 = -2.75.
+    boots = [np.linspace(a, a + 10, 10001) for a in (-1.0, -2.1, -2.115, -3.0)]
+    out = holm(boots, margin=2.0)
+    assert [h["holds"] for h in out] == [True, False, False, False]
+    assert [h["holm_step"] for h in out] == [1, 2, 3, 4]
+    assert [h["holm_level"] for h in out] == pytest.approx([0.9875, 1 - 0.05 / 3, 0.975, 0.95])
+    assert [h["ci_holm"][0] for h in out] == pytest.approx([-0.9375, -2.0167, -1.99, -2.75])
+    assert [h["p_value"] for h in out] == pytest.approx([0, 0.0101, 0.0116, 0.10009], abs=1e-5)
+    # B alone is one test at 95%: -2.1 + 0.25 = -1.85 holds
+    assert holm(boots[1:2], margin=2.0)[0]["holds"]
 
-    point = fig([1.5, 3.0], [0.6, 0.7], [0.6, 0.6])
-    boots = [fig([1.0, 2.0 + i / 10], [0.6, 0.7], [0.6, 0.6 + i / 1000]) for i in range(21)]
-    c = claims(point, boots)
-    e = c["efficiency_vs_best_of_n"]
-    assert e["budget"] == 8 and e["difference"] == 3.0
-    assert e["ci95"] == [pytest.approx(2.05), pytest.approx(3.95)]
-    assert e["holds"] and e["interval_excludes_paper"]          # 4 is above 3.95
+
+def _fig(co, ref, single):
+    return {"n": [4, 8], "ref_n": [32, 48], "co": co, "ref": ref, "single": single}
+
+
+def test_claims_by_hand():
+    # n=4: co - ref = -1 point, resamples uniform on [-1.5, -0.5]: p = 0, Holm's first step of
+    # two, at 97.5%: low end -1.5 + 0.0125 = -1.4875 > -2: holds. n=8: -3 points, resamples on
+    # [-3.5, -2.5]: second step, at 95%: low end -3.475: does not.
+    # beats best single over n = 4 and 8: (0 + 10) / 2 = 5 points; resamples 4.0 .. 5.0, whose
+    # interval [4.025, 4.975] is widened to hold the point estimate
+    e = np.linspace(-0.005, 0.005, 2001)
+    point = _fig([0.80, 0.70], [0.81, 0.73], [0.80, 0.60])
+    boots = [_fig([0.80, 0.70], [0.81 + x, 0.73 + x], [0.80, 0.60 + 2 * (x + 0.005)])
+             for x in e]
+    c = claims(point, boots, margin=2.0, single_budgets=[4, 8])
+    four = c["compute_optimal_at_4_matches_best_of_32"]
+    eight = c["compute_optimal_at_8_matches_best_of_48"]
+    assert four["difference"] == pytest.approx(-1.0) and four["holds"]
+    assert four["ci95"] == pytest.approx([-1.475, -0.525]) and four["holm_step"] == 1
+    assert four["ci_holm"] == pytest.approx([-1.4875, -0.5125])
+    assert four["holm_level"] == 0.975 and eight["holm_level"] == 0.95
+    assert eight["difference"] == pytest.approx(-3.0) and not eight["holds"]
+    assert eight["ci95"] == pytest.approx([-3.475, -2.525])
     d = c["difficulty_beats_best_single"]
-    assert d["difference"] == pytest.approx(5.0)            # (0 + 10 points) / 2
-    # resample i: (0 + 10 - i / 10) / 2 points, 5.0 down to 4.0; 2.5th percentile 4.025
-    assert d["ci95"] == [pytest.approx(4.025), pytest.approx(4.975)]
-    assert d["holds"]
+    assert d["difference"] == pytest.approx(5.0) and d["holds"]
+    assert d["ci95"] == pytest.approx([4.025, 5.0])
+    for claim in c.values():
+        assert claim["ci95"][0] <= claim["difference"] <= claim["ci95"][1]
 
 
 def test_ngram_prm_reads_numbers_and_the_calculator():
@@ -167,9 +243,9 @@ def test_ngram_prm_round_trips_and_names_a_bad_file(tmp_path):
 
 
 TINY = ["--problems", "10", "--oracle-samples", "4", "--train-problems", "8", "--train-n", "2",
-        "--rollouts", "2", "--pool", "8", "--budgets", "4,8", "--methods", "beam:4,mcts:4",
-        "--bins", "2", "--resamples", "20", "--workers", "1", "--min-steps", "2",
-        "--max-steps", "4"]
+        "--rollouts", "2", "--probe-n", "1", "--pool", "20", "--draws", "10", "--budgets", "4",
+        "--single-budgets", "4", "--methods", "beam:4", "--beside", "mcts:4", "--bins", "2",
+        "--resamples", "20", "--workers", "1", "--min-steps", "2", "--max-steps", "4"]
 
 
 def _run(out):
@@ -187,8 +263,9 @@ def test_command_writes_claims_and_resumes_after_a_kill(tmp_path, capsys):
     assert args.run(args) == 0
     printed = capsys.readouterr().out
     summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
-    for name in ("efficiency_vs_best_of_n", "difficulty_beats_best_single"):
-        c = summary["claims"][name]
+    assert set(summary["claims"]) == {"compute_optimal_at_4_matches_best_of_20",
+                                      "difficulty_beats_best_single"}
+    for c in summary["claims"].values():
         assert isinstance(c["holds"], bool) and c["ci95"][0] <= c["difference"] <= c["ci95"][1]
     assert 0.5 < summary["prm"]["step_auc"] <= 1.0
     assert (tmp_path / "whole" / "report.html").stat().st_size > 1000
@@ -219,4 +296,6 @@ def test_bad_options_are_clear_errors():
     with pytest.raises(PrmkitError, match="--methods"):
         ComputeOptimalConfig(methods="beam")
     with pytest.raises(PrmkitError, match="--pool"):
-        ComputeOptimalConfig(pool=64)
+        ComputeOptimalConfig(pool=128)
+    with pytest.raises(PrmkitError, match="--single-budgets"):
+        ComputeOptimalConfig(single_budgets="4,12")

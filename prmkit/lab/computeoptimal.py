@@ -1,21 +1,23 @@
-"""``prmkit lab compute-optimal``: does choosing the search method by difficulty beat
-best-of-N, and the best single method, at the same budget? (Snell et al. 2024, "Scaling LLM
-Test-Time Compute Optimally can be More Effective than Scaling Model Parameters": up to 4x
-less compute than best-of-N.)
+"""``prmkit lab compute-optimal``: does choosing the search method by difficulty match
+weighted best-of-N with 4x the compute, and beat the best single method? (Snell et al. 2024,
+"Scaling LLM Test-Time Compute Optimally can be More Effective than Scaling Model Parameters".)
 
 Lab problems and the lab policy, the library's search methods, and an n-gram PRM trained here
-on Monte Carlo labels. Stages, each written whole into ``--output`` and reused by a rerun with
-the same settings:
+on Monte Carlo labels. Every method's answer, best-of-N's included, is chosen by weighted
+voting (answers' last-step PRM scores summed; :mod:`prmkit.select`). Stages, each written whole
+into ``--output`` and reused by a rerun with the same settings:
 
 1. problems and their oracle difficulty, 1 - pass@1 over ``--oracle-samples`` samples;
 2. the PRM, fitted to Monte Carlo labels of separate training problems;
 3. the probe: ``--probe-n`` samples per problem scored by the PRM (predicted difficulty 1 -
    their mean score), charged to the compute-optimal search;
-4. best-of-N: a pool of ``--pool`` scored samples per problem, best-of-n exact for every n;
-5. search: every method of ``--methods`` at every budget of ``--budgets``;
-6. per difficulty bin (oracle and predicted, ``--bins`` quantiles) the method chosen by
-   ``--folds``-fold cross-validation, the efficiency E(n) against best-of-N and compute-optimal
-   minus the best single method, with bootstrap intervals; ``summary.json`` and ``report.html``.
+4. best-of-N: a pool of ``--pool`` scored samples per problem, and weighted best-of-n from
+   ``--draws`` random n-subsets per n, fixed by the seed;
+5. search: every method of ``--methods`` (the choice set, with weighted best-of-n) and of
+   ``--beside`` (reported only) at every budget of ``--budgets``;
+6. per difficulty bin (predicted, and the oracle's beside) the strategy chosen by
+   ``--folds``-fold cross-validation; the claims with bootstrap intervals (the choice redone in
+   every resample); ``summary.json`` and ``report.html``.
 """
 
 from __future__ import annotations
@@ -28,21 +30,22 @@ from typing import Any
 from prmkit.errors import PrmkitError
 from prmkit.lab.stages import Printer, prepare, stage, stage_json
 
-STAGES_VERSION = 1
+STAGES_VERSION = 2
 METHODS = ("beam", "dvts", "mcts")
 CHUNK = 50               # problems per file of the oracle's samples and of the pool
 
 
 @dataclass
 class ComputeOptimalConfig:
-    """Sizes of ``prmkit lab compute-optimal``."""
+    """Sizes and protocol of ``prmkit lab compute-optimal`` (docs/lab-compute-optimal.md); the
+    protocol's fields (budgets, choice set, margin, draws, resamples) are fixed before a run."""
 
     output: str = field(default="compute_optimal_out", metadata={
         "help": "folder for every file the experiment writes (a rerun with the same settings "
                 "resumes there)"})
-    seed: int = field(default=0, metadata={"help": "seed of the problems, the sampling and the "
-                                                   "bootstrap"})
-    problems: int = field(default=500, metadata={"help": "lab problems searched"})
+    seed: int = field(default=0, metadata={"help": "seed of the problems, the sampling, the "
+                                                   "best-of-N draws and the bootstrap"})
+    problems: int = field(default=1000, metadata={"help": "lab problems searched"})
     min_steps: int = field(default=2, metadata={"help": "fewest operations per problem"})
     max_steps: int = field(default=8, metadata={"help": "most operations per problem"})
     lab_policy: str = field(default="lab", metadata={
@@ -54,56 +57,86 @@ class ComputeOptimalConfig:
     rollouts: int = field(default=4, metadata={"help": "Monte Carlo rollouts per labelled step"})
     probe_n: int = field(default=4, metadata={
         "help": "samples per problem of the difficulty probe (charged to compute-optimal)"})
-    pool: int = field(default=128, metadata={
-        "help": "best-of-N samples per problem; best-of-n is exact for every n up to it, and "
-                "E(n) is capped at pool / n"})
-    budgets: str = field(default="4,8,16,32,64,128", metadata={
-        "help": "the budget grid in samples per problem, comma-separated"})
-    methods: str = field(default="beam:2,beam:4,beam:8,dvts:4,mcts:4", metadata={
-        "help": "the tree searches beside best-of-N, as METHOD:M (beam: n/M beams of M "
+    pool: int = field(default=144, metadata={
+        "help": "best-of-N samples per problem, the pool every best-of-n draw comes from: at "
+                "least 4 x (the largest budget + --probe-n)"})
+    draws: int = field(default=200, metadata={
+        "help": "random n-subsets of the pool per problem and n for weighted best-of-n"})
+    budgets: str = field(default="4,8,16,32", metadata={
+        "help": "the budgets n in samples per problem, comma-separated: compute-optimal at n "
+                "(the probe charged) is tested against weighted best-of-N at 4 x (n + --probe-n)"})
+    single_budgets: str = field(default="4,8,16", metadata={
+        "help": "the budgets of the beats-best-single claim, some of --budgets"})
+    methods: str = field(default="beam:2,beam:4,beam:8", metadata={
+        "help": "the choice set beside weighted best-of-n, as METHOD:M (beam: n/M beams of M "
                 "samples; dvts: n/M subtrees of width M; mcts: M samples per expansion); a "
-                "method runs at the budgets that M divides"})
+                "method runs at the budgets of at least M that M divides"})
+    beside: str = field(default="mcts:4,dvts:4", metadata={
+        "help": "searches run at every budget and reported beside, outside the choice set "
+                "(METHOD:M as --methods; empty: none)"})
+    margin: float = field(default=2.0, metadata={
+        "help": "the non-inferiority margin in points of accuracy"})
     bins: int = field(default=5, metadata={"help": "difficulty bins (quantiles)"})
     folds: int = field(default=2, metadata={"help": "cross-validation folds of the per-bin choice"})
-    resamples: int = field(default=1000, metadata={"help": "bootstrap resamples of the problems"})
+    resamples: int = field(default=2000, metadata={"help": "bootstrap resamples of the problems"})
     workers: int = field(default=2, metadata={
         "help": "processes that run the pool's chunks and the searches side by side (one per "
-                "core); the results do not depend on it"})
+                "core); the results do not depend on it, and a rerun with another count resumes"})
 
     def __post_init__(self) -> None:
         self.grid()
         self.strategies()
+        self.strategies(self.beside)
         if min(self.problems, self.oracle_samples, self.train_problems, self.train_n,
-               self.rollouts, self.probe_n, self.bins, self.resamples, self.workers) < 1:
+               self.rollouts, self.probe_n, self.bins, self.resamples, self.workers,
+               self.draws) < 1:
             raise PrmkitError("--problems, --oracle-samples, --train-problems, --train-n, "
-                              "--rollouts, --probe-n, --bins, --resamples and --workers must be positive")
+                              "--rollouts, --probe-n, --bins, --resamples, --workers and "
+                              "--draws must be positive")
         if self.folds < 2:
             raise PrmkitError(f"--folds must be at least 2, got {self.folds}")
-        if self.pool < max(self.grid()):
-            raise PrmkitError(f"--pool ({self.pool}) must be at least the largest budget "
-                              f"({max(self.grid())})")
+        if self.margin < 0:
+            raise PrmkitError(f"--margin must be at least 0, got {self.margin}")
+        need = 4 * (max(self.grid()) + self.probe_n)
+        if self.pool < need:
+            raise PrmkitError(f"--pool ({self.pool}) must be at least 4 x (the largest budget + "
+                              f"--probe-n) = {need}")
+        if not set(self.single_grid()) <= set(self.grid()):
+            raise PrmkitError(f"--single-budgets {self.single_budgets!r} must be some of "
+                              f"--budgets {self.budgets!r}")
         if self.problems < self.bins * self.folds:
             raise PrmkitError(f"--problems ({self.problems}) must be at least --bins x --folds")
         if not 1 <= self.min_steps <= self.max_steps:
             raise PrmkitError("need 1 <= --min-steps <= --max-steps")
 
-    def grid(self) -> list[int]:
+    def grid(self, text: str | None = None, flag: str = "--budgets") -> list[int]:
+        text = self.budgets if text is None else text
         try:
-            values = [int(x) for x in self.budgets.split(",")]
+            values = [int(x) for x in text.split(",")]
         except ValueError:
             values = []
         if not values or min(values) < 1 or values != sorted(set(values)):
-            raise PrmkitError(f"--budgets {self.budgets!r}: write increasing positive integers "
+            raise PrmkitError(f"{flag} {text!r}: write increasing positive integers "
                               f"separated by commas, such as 4,8,16")
         return values
 
-    def strategies(self) -> list[tuple[str, int]]:
+    def single_grid(self) -> list[int]:
+        return self.grid(self.single_budgets, "--single-budgets")
+
+    def curve_grid(self) -> list[int]:
+        from prmkit.lab.costats import curve_grid
+
+        return curve_grid(self.pool, self.grid(), self.probe_n)
+
+    def strategies(self, text: str | None = None) -> list[tuple[str, int]]:
+        """The searches of ``--methods`` (or of ``text``) as (method, M)."""
+        text = self.methods if text is None else text
         out = []
-        for part in self.methods.split(","):
+        for part in (p for p in text.split(",") if p.strip()):
             name, _, m = part.strip().partition(":")
             if name not in METHODS or not m.isdigit() or int(m) < 1:
-                raise PrmkitError(f"--methods: {part!r} is not METHOD:M with METHOD one of "
-                                  f"{', '.join(METHODS)} and M a positive integer")
+                raise PrmkitError(f"--methods/--beside: {part!r} is not METHOD:M with METHOD "
+                                  f"one of {', '.join(METHODS)} and M a positive integer")
             out.append((name, int(m)))
         return out
 
@@ -113,7 +146,7 @@ def run(config: ComputeOptimalConfig) -> int:
 
     t0 = time.time()
     out = config.output
-    prepare(out, config, STAGES_VERSION)
+    prepare(out, config, STAGES_VERSION, own=("workers",))
     say = Printer()
     say(f"prmkit lab compute-optimal: seed {config.seed}; files in {out}/")
     lab = Lab(config)
@@ -132,14 +165,17 @@ def run(config: ComputeOptimalConfig) -> int:
     parallel(config, [("pool", k, 0, 0) for k in chunks])
     pool = merge_pool([read_json(out, f"pool_{k}.json") for k in chunks])
     say.stage(4, f"best-of-N pool: {config.pool} samples per problem, "
-                 f"{cosummary.mean_tokens(pool):.1f} tokens per sample")
+                 f"{cosummary.mean_tokens(pool):.1f} tokens per sample; weighted best-of-n "
+                 f"from {config.draws} draws at n = {', '.join(map(str, config.curve_grid()))}")
     jobs = [(name, m, n, max(1, round(n * cosummary.mean_tokens(pool))))
-            for name, m in config.strategies() for n in config.grid() if n % m == 0]
+            for name, m in config.strategies() + config.strategies(config.beside)
+            for n in config.grid() if n % m == 0]
     parallel(config, jobs)
     cells = {f"{name}(m={m})@{n}": read_json(out, cell_file(name, m, n))
              for name, m, n, _ in jobs}
-    say.stage(5, f"search: {len(cells)} runs of {', '.join(config.methods.split(','))} at "
-                 f"budgets {config.budgets}, {config.workers} worker(s)")
+    say.stage(5, f"search: {len(cells)} runs of {config.methods} (the choice set) and "
+                 f"{config.beside or 'nothing'} (beside) at budgets {config.budgets}, "
+                 f"{config.workers} worker(s)")
     summary = cosummary.finish(config, lab.pids, oracle, probe, pool, cells, out, quality)
     say.stage(6, f"figures and {config.resamples} bootstrap resamples")
     for line in cosummary.lines(summary):
@@ -234,23 +270,31 @@ class Lab:
         return {"difficulty": values, "tokens": tokens}
 
     def pool(self, prm: Any, at: int) -> dict[str, Any]:
-        """Problems ``at`` .. ``at + CHUNK``, in sample order: the PRM's pick score,
-        correctness and tokens of each best-of-N sample."""
+        """Problems ``at`` .. ``at + CHUNK``, in sample order: the PRM's last-step score,
+        correctness and tokens of each best-of-N sample; and per problem weighted best-of-n
+        accuracy at every n of the curve grid, from draws seeded by the seed and ``at``."""
+        import numpy as np
+
+        from prmkit.lab.costats import weighted_draws
         from prmkit.search.best_of_n import best_of_n
 
         out: dict[str, Any] = {"score": {}, "correct": {}, "tokens": {}}
         config = self.config_for(self.config.pool, self.config.seed + 2)
         result = best_of_n(self.problems[at:at + CHUNK], self.policy, self.prompter, prm,
                            config)
-        for r in sorted(result.records, key=lambda r: r.meta["sample"]):
+        records = sorted(result.records, key=lambda r: r.meta["sample"])
+        for r in records:
             out["score"].setdefault(r.group, []).append(round(r.meta["value"], 9))
             out["correct"].setdefault(r.group, []).append(int(bool(r.is_correct)))
             out["tokens"].setdefault(r.group, []).append(int(r.meta["completion_tokens"]))
+        rng = np.random.default_rng([self.config.seed, 5, at])
+        out["weighted"] = weighted_draws(records, self.config.curve_grid(), self.config.draws, rng)
         return out
 
     def search(self, prm: Any, name: str, m: int, n: int, budget_tokens: int) -> dict[str, Any]:
-        """One method at one budget: per problem, whether its pick was right and its tokens
-        (MCTS stops at ``budget_tokens``, best-of-n's expected tokens)."""
+        """One method at one budget: per problem, whether its final pick (:func:`final_pick`)
+        was right and its generated tokens (MCTS stops at ``budget_tokens``, best-of-n's
+        expected tokens)."""
         from prmkit.search.run import METHODS as RUN
 
         fn, cls = RUN[name]
@@ -260,11 +304,28 @@ class Lab:
         else:
             config = cls(**{**asdict(self.config_for(n, seed)), "m": m})
         result = fn(self.problems, self.policy, self.prompter, prm, config)
-        rows = {r.group: [int(bool(r.is_correct)), 0] for r in result.records
-                if r.meta.get("selected")}
+        finals: dict[str, list[Any]] = {}
+        for r in result.records:
+            finals.setdefault(r.group, []).append(r)
+        rows = {pid: [int(bool(final_pick(recs).is_correct)), 0] for pid, recs in finals.items()}
         for pid, compute in result.account.per_problem.items():
             rows.setdefault(pid, [0, 0])[1] = compute.tokens_generated
         return {"method": name, "m": m, "n": n, "rows": rows}
+
+
+def final_pick(records: list[Any]) -> Any:
+    """A search's answer among its final candidates: weighted voting (:mod:`prmkit.select`,
+    ``weighted-majority``, each answer scoring the sum of its candidates' last-step PRM scores)
+    over the finished candidates with a scored step, as :func:`prmkit.search.base.choose`
+    filters them (all candidates when none finished, the first when none is scored)."""
+    from prmkit import select
+    from prmkit.lab.costats import WEIGHT_BY
+
+    pool = [r for r in records if r.meta.get("complete")] or records
+    scored = [r for r in pool if any(s is not None for s in r.step_scores or [])]
+    if not scored:
+        return pool[0]
+    return select.select(scored, "weighted-majority", weight_by=WEIGHT_BY)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,4 +390,4 @@ def read_json(out: str, name: str) -> dict[str, Any]:
 
 def merge_pool(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return {key: {pid: v for part in parts for pid, v in part[key].items()}
-            for key in ("score", "correct", "tokens")}
+            for key in ("score", "correct", "tokens", "weighted")}

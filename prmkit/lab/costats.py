@@ -1,6 +1,6 @@
-"""The statistics of ``prmkit lab compute-optimal``: exact best-of-N curves, the per-bin choice
-vectorised over bootstrap weights, and Snell et al. 2024's efficiency against best-of-N
-(figure 4). Definitions: docs/lab-compute-optimal.md.
+"""The statistics of ``prmkit lab compute-optimal``: weighted best-of-N from random draws, the
+per-bin choice vectorised over bootstrap weights, the claims' differences and Holm's step-down,
+and the efficiency in tokens against best-of-N. Definitions: docs/lab-compute-optimal.md.
 """
 
 from __future__ import annotations
@@ -8,18 +8,56 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from prmkit.errors import PrmkitError
 from prmkit.lab.stats import percentile_interval
 
+RATIO = 4               # Snell et al. 2024: compute-optimal against best-of-N with 4x the compute
+WEIGHT_BY = "last"      # the PRM score that weights an answer's votes (Snell et al. 2024)
+
+
+def curve_grid(pool: int, budgets: Sequence[int], probe: int) -> list[int]:
+    """The best-of-N sizes drawn: 1, 2, 3, 4, 6, 8, 12, ... up to ``pool``, every budget n,
+    ``RATIO`` x n, ``RATIO`` x (n + ``probe``), and ``pool`` itself."""
+    sizes = {pool}
+    for base in (1, 3):
+        k = base
+        while k <= pool:
+            sizes.add(k)
+            k *= 2
+    for n in budgets:
+        sizes |= {n, RATIO * n, RATIO * (n + probe)}
+    return sorted(k for k in sizes if k <= pool)
+
+
+def weighted_draws(records: Sequence[Any], grid: Sequence[int], draws: int,
+                   rng: np.random.Generator) -> dict[str, list[float]]:
+    """Per problem (the records' groups, each a pool of scored samples), weighted best-of-n
+    accuracy for every n of ``grid``: the mean over ``draws`` random n-subsets of the pool,
+    each in random order, of whether the candidate :func:`prmkit.select.select` picks with
+    ``weighted-majority`` (weights: the last step's score) is right. The draws are those of
+    :func:`prmkit.evaluate.bestofn.draw_hits`, fixed by ``rng``."""
+    from prmkit.evaluate.bestofn import candidates, draw_hits
+
+    method = "weighted-majority"
+    c = candidates(list(records), [method], WEIGHT_BY)
+    smallest = min(len(g) for g in c.groups)
+    if max(grid) > smallest:
+        raise PrmkitError(f"a best-of-N pool of {smallest} samples cannot draw {max(grid)}")
+    out = np.zeros((len(c.groups), len(grid)))
+    for j, n in enumerate(grid):
+        out[:, j] = draw_hits(c, c.groups, [method], n, draws, rng, WEIGHT_BY)[method].mean(axis=0)
+    return {records[g[0]].group: [round(float(v), 6) for v in row]
+            for g, row in zip(c.groups, out)}
+
 
 def bon_curve(scores: Sequence[float], correct: Sequence[float]) -> np.ndarray:
-    """Expected best-of-n accuracy for n = 1 .. N over all n-subsets of the pool, exactly
-    (:func:`pick_chances`); ``scores`` pick (higher is better, ties to the earlier sample),
-    ``correct`` are 0/1."""
+    """Expected argmax best-of-n accuracy (the pick: the highest score, ties to the earlier
+    sample) for n = 1 .. N over all n-subsets of the pool, exactly (:func:`pick_chances`);
+    ``correct`` are 0/1. Reported beside the weighted baseline."""
     n_pool = len(scores)
     if n_pool == 0 or len(correct) != n_pool:
         raise PrmkitError("a best-of-N pool needs as many correctness values as scores, and one "
@@ -40,18 +78,18 @@ def pick_chances(n_pool: int) -> np.ndarray:
     return out
 
 
-def samples_needed(curve: np.ndarray, target: float) -> float:
-    """The smallest best-of-N budget whose accuracy reaches ``target``: linear between the
-    integers where the curve first crosses it; 1 when one sample is enough; ``inf`` when
-    none does."""
+def samples_needed(grid: Sequence[float], curve: np.ndarray, target: float) -> float:
+    """The smallest best-of-N size whose accuracy reaches ``target`` on the curve drawn at
+    ``grid``: linear between the two grid sizes where it first crosses it; the first size when
+    that one already does; ``inf`` when none does."""
     reached = np.nonzero(curve >= target - 1e-12)[0]
     if len(reached) == 0:
         return math.inf
     k = int(reached[0])
     if k == 0:
-        return 1.0
+        return float(grid[0])
     lo, hi = curve[k - 1], curve[k]
-    return k + (target - lo) / (hi - lo)          # k = n - 1 of curve[k - 1], 1-based
+    return float(grid[k - 1] + (grid[k] - grid[k - 1]) * (target - lo) / (hi - lo))
 
 
 def fold_ids(bins: Sequence[int], folds: int) -> np.ndarray:
@@ -93,7 +131,7 @@ def cv_choice(acc: np.ndarray, tokens: np.ndarray, bins: np.ndarray, folds: np.n
 
 @dataclass
 class Budget:
-    """One budget n of the grid: the strategies run at it, per problem."""
+    """One budget n: the strategies of the choice set run at it, per problem."""
 
     n: int
     names: list[str]
@@ -106,18 +144,32 @@ class Data:
     """Everything the figures read, per problem (one column per problem, in one order)."""
 
     budgets: list[Budget]
-    curves: np.ndarray            # (problems, N): best-of-n accuracy, n = 1 .. N
+    grid: list[int]               # the best-of-N sizes of ``curves``
+    curves: np.ndarray            # (problems, len(grid)): weighted best-of-n accuracy
     sample_tokens: np.ndarray     # (problems,): tokens of one best-of-N sample, on average
     probe_samples: int            # charged to the compute-optimal search per problem
     probe_tokens: np.ndarray      # (problems,)
     folds: int = 2
     bins: dict[str, np.ndarray] = field(default_factory=dict)   # binning name -> (problems,)
 
+    def at(self, size: int) -> int:
+        """The column of ``curves`` that holds best-of-``size``."""
+        if size not in self.grid:
+            raise PrmkitError(f"best-of-{size} was not drawn (sizes: {self.grid})")
+        return self.grid.index(size)
+
+
+FIGURES = ("n", "co", "single", "ref_n", "ref", "ref4n", "co_tokens", "bon_needed",
+           "e_tokens", "censored")
+
 
 def figures(data: Data, binning: str, weights: np.ndarray, charge_probe: bool) -> dict[str, list]:
-    """Per budget: compute-optimal and best-single accuracy (cross-validated), their tokens, the
-    best-of-N budget that matches compute-optimal, and E(n) = that budget / cost(n) in samples and
-    in tokens, capped at N / cost(n) and marked censored when best-of-N never reaches it."""
+    """Per budget n, under the problems' ``weights``: compute-optimal and best-single accuracy
+    (both cross-validated over the choice set), weighted best-of-N at ``ref_n`` = RATIO x (n +
+    the probe's samples when charged) and at RATIO x n, compute-optimal's tokens (the probe's
+    added when charged), and E in tokens: the tokens best-of-N needs to reach compute-optimal's
+    accuracy over compute-optimal's tokens, capped at the pool and marked censored where
+    best-of-N never reaches it."""
     bins = data.bins[binning]
     folds = fold_ids(bins.tolist(), data.folds)
     one = np.zeros_like(bins)
@@ -126,24 +178,25 @@ def figures(data: Data, binning: str, weights: np.ndarray, charge_probe: bool) -
     per_sample = float(weights @ data.sample_tokens / total)
     probe_s = data.probe_samples if charge_probe else 0
     probe_t = float(weights @ data.probe_tokens / total) if charge_probe else 0.0
-    out: dict[str, list] = {k: [] for k in ("n", "co", "single", "co_tokens", "single_tokens",
-                                            "bon_n", "e_samples", "e_tokens", "censored")}
+    out: dict[str, list] = {k: [] for k in FIGURES}
     cols = np.arange(len(bins))
     for b in data.budgets:
         co = cv_choice(b.acc, b.tokens, bins, folds, weights)
         single = cv_choice(b.acc, b.tokens, one, folds, weights)
         co_acc = float(b.acc[co, cols] @ weights / total)
         co_tok = float(b.tokens[co, cols] @ weights / total) + probe_t
-        needed = samples_needed(curve, co_acc)
+        needed = samples_needed(data.grid, curve, co_acc)
         censored = math.isinf(needed)
-        needed = float(len(curve)) if censored else needed
+        needed = float(data.grid[-1]) if censored else needed
+        ref_n = RATIO * (b.n + probe_s)
         out["n"].append(b.n)
         out["co"].append(co_acc)
         out["single"].append(float(b.acc[single, cols] @ weights / total))
+        out["ref_n"].append(ref_n)
+        out["ref"].append(float(curve[data.at(ref_n)]))
+        out["ref4n"].append(float(curve[data.at(RATIO * b.n)]))
         out["co_tokens"].append(co_tok)
-        out["single_tokens"].append(float(b.tokens[single, cols] @ weights / total))
-        out["bon_n"].append(needed)
-        out["e_samples"].append(needed / (b.n + probe_s))
+        out["bon_needed"].append(needed)
         out["e_tokens"].append(needed * per_sample / co_tok)
         out["censored"].append(censored)
     return out
@@ -151,8 +204,8 @@ def figures(data: Data, binning: str, weights: np.ndarray, charge_probe: bool) -
 
 def bootstrap(data: Data, binning: str, charge_probe: bool, resamples: int, seed: int
               ) -> list[dict[str, list]]:
-    """:func:`figures` on ``resamples`` bootstrap resamples of the problems (the choice redone
-    in each)."""
+    """:func:`figures` on ``resamples`` bootstrap resamples of the problems, the per-bin choice
+    and the best single method redone in each (folds stay with their problems)."""
     rng = np.random.default_rng(seed)
     n_problems = data.curves.shape[0]
     out = []
@@ -162,6 +215,29 @@ def bootstrap(data: Data, binning: str, charge_probe: bool, resamples: int, seed
     return out
 
 
-def interval(values: Sequence[float]) -> list[float]:
-    """The 2.5th and 97.5th percentiles, rounded as the verdicts read them."""
-    return percentile_interval(np.asarray(values, dtype=float), digits=4)
+def interval(values: Sequence[float], level: float = 0.95) -> list[float]:
+    """The central ``level`` percentile interval, rounded as the verdicts read it."""
+    return percentile_interval(np.asarray(values, dtype=float), level, digits=4)
+
+
+def holm(boots: Sequence[Sequence[float]], margin: float, level: float = 0.95
+         ) -> list[dict[str, Any]]:
+    """Holm's step-down (Holm 1979) over non-inferiority tests read from bootstrap
+    distributions of differences, one per test, in the family's order. A test's bootstrap
+    p-value is the share of its resamples at or below ``-margin``; the tests are taken from the
+    smallest p (ties: the earlier test), and the k-th of m (k = 0, 1, ...) holds when every
+    earlier one held and the low end of its central ``1 - (1 - level) / (m - k)`` interval is
+    above ``-margin``. With one test this is the ``level`` interval's low end above ``-margin``.
+    Returns per test ``holds``, ``p_value``, ``holm_step``, ``holm_level`` and ``ci_holm``."""
+    m = len(boots)
+    p = [float(np.mean(np.asarray(b, dtype=float) <= -margin)) for b in boots]
+    order = sorted(range(m), key=lambda i: (p[i], i))
+    out: list[dict[str, Any]] = [{} for _ in range(m)]
+    going = True
+    for k, i in enumerate(order):
+        lvl = 1.0 - (1.0 - level) / (m - k)
+        ci = interval(boots[i], lvl)
+        going = going and ci[0] > -margin
+        out[i] = {"holds": bool(going), "p_value": round(p[i], 5), "holm_step": k + 1,
+                  "holm_level": round(lvl, 6), "ci_holm": ci}
+    return out

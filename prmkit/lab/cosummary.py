@@ -1,11 +1,15 @@
 """The figures, claims, ``summary.json`` and report of ``prmkit lab compute-optimal``.
 
-Both claims are on the PRM-predicted bins with the probe charged:
-``efficiency_vs_best_of_n`` (E at the budget where it peaks, interval above 1; beside it Snell
-et al. 2024's 4 as ``paper`` and ``interval_excludes_paper``; a censored E is a lower bound)
-and ``difficulty_beats_best_single`` (compute-optimal minus the best single method averaged
-over the budgets, interval above 0). The oracle bins are reported beside them, not as claims
-(docs/lab-compute-optimal.md).
+The claims, all on the PRM-predicted bins (docs/lab-compute-optimal.md):
+
+* ``compute_optimal_at_N_matches_best_of_R`` for every budget N of ``--budgets``: compute-optimal
+  at N, the probe charged, against weighted best-of-N at R = 4 x (N + the probe's samples);
+  non-inferiority with ``--margin`` points, one family under Holm's step-down;
+* ``difficulty_beats_best_single``: compute-optimal minus the best single method of the same
+  choice set, averaged over ``--single-budgets``; holds when the 95% interval is above 0.
+
+E in tokens, the oracle bins, compute-optimal against best-of-4N and the searches run beside
+the choice set are reported, not claimed.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from prmkit.lab.stats import write_summary
-from prmkit.lab.costats import Budget, Data, bon_curve, bootstrap, figures, interval
+from prmkit.lab.costats import (RATIO, Budget, Data, bon_curve, bootstrap, figures, holm,
+                                interval)
+from prmkit.lab.stats import cover, write_summary
 
-PAPER_EFFICIENCY = 4.0
 BINNINGS = (("predicted", True), ("oracle", False))   # (bins, probe charged)
+WEIGHTED = "weighted best-of-n"
 
 
 def mean_tokens(pool: Mapping[str, Any]) -> float:
@@ -31,23 +36,26 @@ def mean_tokens(pool: Mapping[str, Any]) -> float:
 
 def build_data(config: Any, pids: list[str], oracle: Mapping[str, Any], probe: Mapping[str, Any],
                pool: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]]) -> Data:
-    """The arrays :mod:`prmkit.lab.costats` reads, from the stages' files."""
+    """The arrays :mod:`prmkit.lab.costats` reads, from the stages' files: per budget, weighted
+    best-of-n and the searches of ``--methods`` (the choice set)."""
     from prmkit.search.compute_optimal import difficulty_bins
 
-    curves = np.array([bon_curve(pool["score"][p], pool["correct"][p]) for p in pids])
+    grid = config.curve_grid()
+    curves = np.array([pool["weighted"][p] for p in pids])
     per_sample = np.array([float(np.mean(pool["tokens"][p])) for p in pids])
+    chosen = {f"{name}(m={m})" for name, m in config.strategies()}
     budgets = []
     for n in config.grid():
-        names, acc, tok = ["best-of-n"], [curves[:, n - 1]], [n * per_sample]
+        names, acc, tok = [WEIGHTED], [curves[:, grid.index(n)]], [n * per_sample]
         for key, cell in cells.items():
-            if cell["n"] == n:
+            if cell["n"] == n and key.split("@")[0] in chosen:
                 names.append(key.split("@")[0])
                 acc.append(np.array([cell["rows"][p][0] for p in pids], dtype=float))
                 tok.append(np.array([cell["rows"][p][1] for p in pids], dtype=float))
         budgets.append(Budget(n, names, np.array(acc), np.array(tok)))
     oracle_bins = difficulty_bins({p: 1.0 - oracle["pass1"][p] for p in pids}, config.bins)
     predicted = difficulty_bins(dict(probe["difficulty"]), config.bins)
-    return Data(budgets, curves, per_sample, config.probe_n,
+    return Data(budgets, grid, curves, per_sample, config.probe_n,
                 np.array([float(probe["tokens"][p]) for p in pids]), config.folds,
                 {"oracle": np.array([oracle_bins[p] for p in pids]),
                  "predicted": np.array([predicted[p] for p in pids])})
@@ -98,23 +106,49 @@ def per_bin(data: Data, binning: str) -> list[dict[str, Any]]:
     return out
 
 
-def claims(point: dict[str, list], boots: list[dict[str, list]]) -> dict[str, Any]:
-    """The two claims from the predicted-bin figures."""
-    e = point["e_samples"]
-    k = int(np.argmax(e))
-    lo, hi = interval([b["e_samples"][k] for b in boots])
-    diff = [100 * float(np.mean(np.subtract(f["co"], f["single"]))) for f in [point] + boots]
-    dlo, dhi = interval(diff[1:])
-    return {
-        "efficiency_vs_best_of_n": {
-            "holds": bool(lo > 1.0), "difference": round(e[k], 4), "ci95": [lo, hi],
-            "budget": point["n"][k], "censored": point["censored"][k],
-            "paper": PAPER_EFFICIENCY, "interval_excludes_paper": not lo <= PAPER_EFFICIENCY <= hi,
-            "unit": "best-of-N samples needed / compute-optimal samples (probe included)"},
-        "difficulty_beats_best_single": {
-            "holds": bool(dlo > 0.0), "difference": round(diff[0], 4), "ci95": [dlo, dhi],
-            "unit": "points, compute-optimal minus the best single method, mean over budgets"},
-    }
+def _points(f: Mapping[str, list], i: int) -> float:
+    return 100.0 * (f["co"][i] - f["ref"][i])
+
+
+def claims(point: Mapping[str, list], boots: list[Mapping[str, list]], margin: float,
+           single_budgets: list[int]) -> dict[str, Any]:
+    """The claims from the predicted-bin figures (probe charged): one non-inferiority claim per
+    budget, the family under :func:`prmkit.lab.costats.holm`, and the beats-best-single claim."""
+    out: dict[str, Any] = {}
+    diffs = [[_points(b, i) for b in boots] for i in range(len(point["n"]))]
+    for i, h in enumerate(holm(diffs, margin)):
+        x = round(_points(point, i), 4)
+        lo, hi = cover(x, *interval(diffs[i]))
+        n, ref = point["n"][i], point["ref_n"][i]
+        out[f"compute_optimal_at_{n}_matches_best_of_{ref}"] = {
+            "holds": h["holds"], "difference": x, "ci95": [lo, hi], "margin": margin,
+            "budget": n, "best_of_n": ref, "compute_optimal": round(100 * point["co"][i], 2),
+            "weighted_best_of_n": round(100 * point["ref"][i], 2), **h,
+            "unit": f"points, compute-optimal at n (probe charged) minus weighted best-of-"
+                    f"{RATIO}(n + probe); holds when the Holm-level interval is above -margin"}
+    at = [point["n"].index(n) for n in single_budgets]
+
+    def gain(f: Mapping[str, list]) -> float:
+        return 100.0 * float(np.mean([f["co"][i] - f["single"][i] for i in at]))
+    x = round(gain(point), 4)
+    lo, hi = cover(x, *interval([gain(b) for b in boots]))
+    out["difficulty_beats_best_single"] = {
+        "holds": bool(lo > 0.0), "difference": x, "ci95": [lo, hi], "budgets": single_budgets,
+        "unit": "points, compute-optimal minus the best single method of the choice set, mean "
+                "over the budgets; holds when the interval is above 0"}
+    return out
+
+
+def described(data: Data, point: Mapping[str, list], boots: list[Mapping[str, list]]
+              ) -> dict[str, Any]:
+    """A binning's figures with their 95% intervals, and compute-optimal minus best-of-4n."""
+    ci = {key: [interval([b[key][i] for b in boots]) for i in range(len(point["n"]))]
+          for key in ("co", "single", "ref", "e_tokens")}
+    vs = [[100.0 * (f["co"][i] - f["ref4n"][i]) for f in [point] + boots]
+          for i in range(len(point["n"]))]
+    return {"point": point, "ci95": ci, "minus_best_of_4n": [
+        {"n": n, "difference": round(v[0], 4), "ci95": list(cover(round(v[0], 4), *interval(v[1:])))}
+        for n, v in zip(point["n"], vs)]}
 
 
 def finish(config: Any, pids: list[str], oracle: Mapping[str, Any], probe: Mapping[str, Any],
@@ -123,31 +157,30 @@ def finish(config: Any, pids: list[str], oracle: Mapping[str, Any], probe: Mappi
     """Figures, intervals and claims; ``summary.json`` and ``report.html`` in ``out``."""
     data = build_data(config, pids, oracle, probe, pool, cells)
     results: dict[str, Any] = {}
+    found: dict[str, Any] = {}
     for binning, charged in BINNINGS:
         point = figures(data, binning, np.ones(len(pids)), charged)
         boots = bootstrap(data, binning, charged, config.resamples, config.seed)
-        ci = {key: [interval([b[key][i] for b in boots]) for i in range(len(point["n"]))]
-              for key in ("co", "single", "e_samples", "e_tokens")}
-        results[binning] = {"probe_charged": charged, "point": point, "ci95": ci,
-                            "per_bin": per_bin(data, binning), "boots": boots}
+        results[binning] = {"probe_charged": charged, **described(data, point, boots),
+                            "per_bin": per_bin(data, binning)}
+        if binning == "predicted":
+            found = claims(point, boots, config.margin, config.single_grid())
+    argmax = np.array([bon_curve(pool["score"][p], pool["correct"][p]) for p in pids]).mean(axis=0)
     summary = {
         "config": asdict(config),
-        "claims": claims(results["predicted"]["point"], results["predicted"]["boots"]),
+        "claims": found,
         "prm": dict(prm),
         "oracle_pass1_per_bin": [round(float(np.mean([oracle["pass1"][p] for p, b in
                                                        zip(pids, data.bins["oracle"]) if b == k])), 4)
                                  for k in range(config.bins)],
         "budgets": config.grid(),
-        "strategies": {b.n: b.names for b in data.budgets},
-        "accuracy": {b.n: {name: round(float(a.mean()), 4) for name, a in zip(b.names, b.acc)}
-                     for b in data.budgets},
-        "tokens": {b.n: {name: round(float(t.mean()), 1) for name, t in zip(b.names, b.tokens)}
-                   for b in data.budgets},
-        "best_of_n_curve": [round(float(v), 5) for v in data.curves.mean(axis=0)],
+        "accuracy": accuracy_table(data, cells, pids),
+        "best_of_n": {"n": data.grid,
+                      "weighted": [round(float(v), 5) for v in data.curves.mean(axis=0)],
+                      "argmax_last": [round(float(argmax[k - 1]), 5) for k in data.grid]},
         "tokens_per_sample": round(float(data.sample_tokens.mean()), 2),
         "probe_tokens": round(float(data.probe_tokens.mean()), 1),
-        "difficulty": {k: {kk: vv for kk, vv in v.items() if kk != "boots"}
-                       for k, v in results.items()},
+        "difficulty": results,
     }
     write_summary(out, summary, indent=1)
     from prmkit.lab.coreport import write_report
@@ -156,27 +189,41 @@ def finish(config: Any, pids: list[str], oracle: Mapping[str, Any], probe: Mappi
     return summary
 
 
+def accuracy_table(data: Data, cells: Mapping[str, Mapping[str, Any]], pids: list[str]
+                   ) -> dict[str, dict[str, list[float]]]:
+    """Per strategy (weighted best-of-n, the choice set and the searches beside it) and budget:
+    accuracy and mean generated tokens, on all problems."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for b in data.budgets:
+        row = out.setdefault(WEIGHTED, {})
+        row[str(b.n)] = [round(float(b.acc[0].mean()), 4), round(float(b.tokens[0].mean()), 1)]
+    for key, cell in cells.items():
+        rows = [cell["rows"][p] for p in pids]
+        out.setdefault(key.split("@")[0], {})[str(cell["n"])] = [
+            round(float(np.mean([r[0] for r in rows])), 4),
+            round(float(np.mean([r[1] for r in rows])), 1)]
+    return out
+
+
 def lines(summary: Mapping[str, Any]) -> list[str]:
-    """The printed summary: the claims, then compute-optimal per budget."""
-    c = summary["claims"]
-    e, d = c["efficiency_vs_best_of_n"], c["difficulty_beats_best_single"]
+    """The printed summary: the PRM, the claims, then compute-optimal per budget."""
     q = summary["prm"]
     out = [f"the trained PRM on {q['candidates']} held-out candidates: step AUC {q['step_auc']}; "
            f"first errors against the right steps before them: wrong calculations AUC "
            f"{q['first_error_auc_calculation']} ({q['first_errors_calculation']}), other errors "
            f"AUC {q['first_error_auc_other']} ({q['first_errors_other']})"]
-    out += [f"efficiency_vs_best_of_n: {'YES' if e['holds'] else 'NO'}: E = {e['difference']:.2f}"
-           f"{' (censored: at least)' if e['censored'] else ''} at n = {e['budget']}, 95% CI "
-           f"[{e['ci95'][0]:.2f}, {e['ci95'][1]:.2f}]; Snell et al.: up to {e['paper']:.0f}x, "
-           f"{'outside' if e['interval_excludes_paper'] else 'inside'} the interval",
-           f"difficulty_beats_best_single: {'YES' if d['holds'] else 'NO'}: "
-           f"{d['difference']:+.2f} points, 95% CI [{d['ci95'][0]:+.2f}, {d['ci95'][1]:+.2f}]"]
+    for name, c in summary["claims"].items():
+        extra = (f"; Holm step {c['holm_step']} at {100 * c['holm_level']:.2f}%: "
+                 f"[{c['ci_holm'][0]:+.2f}, {c['ci_holm'][1]:+.2f}], margin -{c['margin']:g}"
+                 if "holm_level" in c else "")
+        out.append(f"{name}: {'YES' if c['holds'] else 'NO'}: {c['difference']:+.2f} points, "
+                   f"95% CI [{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]{extra}")
     for binning, res in summary["difficulty"].items():
         p, ci = res["point"], res["ci95"]
         for i, n in enumerate(p["n"]):
-            out.append(f"  {binning} bins, n={n}: compute-optimal {100 * p['co'][i]:.1f}% vs "
-                       f"best single {100 * p['single'][i]:.1f}%, best-of-N needs "
-                       f"{p['bon_n'][i]:.1f}{'+' if p['censored'][i] else ''} samples: E = "
-                       f"{p['e_samples'][i]:.2f} [{ci['e_samples'][i][0]:.2f}, "
-                       f"{ci['e_samples'][i][1]:.2f}], in tokens {p['e_tokens'][i]:.2f}")
+            out.append(f"  {binning} bins, n={n}: compute-optimal {100 * p['co'][i]:.1f}%, best "
+                       f"single {100 * p['single'][i]:.1f}%, weighted best-of-{p['ref_n'][i]} "
+                       f"{100 * p['ref'][i]:.1f}%; E in tokens {p['e_tokens'][i]:.2f}"
+                       f"{'+' if p['censored'][i] else ''} [{ci['e_tokens'][i][0]:.2f}, "
+                       f"{ci['e_tokens'][i][1]:.2f}]")
     return out
