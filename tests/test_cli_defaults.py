@@ -35,7 +35,7 @@ def _configs():
     from prmkit.lab.activelearning.run import ActiveLearningConfig
     from prmkit.lab.traceerror.run import TraceErrorConfig
     from prmkit.generate.run import GenerateConfig
-    from prmkit.lab.computeoptimal import ComputeOptimalConfig
+    from prmkit.lab.computeoptimal.run import ComputeOptimalConfig
     from prmkit.models.reading import HFConfig
     from prmkit.rl.grpo import RLConfig
     from prmkit.search.base import SearchConfig

@@ -13,11 +13,11 @@ import pytest
 
 from prmkit import select
 from prmkit.errors import PrmkitError
-from prmkit.lab.computeoptimal import final_pick
-from prmkit.lab.cosummary import claims
-from prmkit.lab.costats import (Budget, Data, bon_curve, curve_grid, cv_choice, figures,
+from prmkit.lab.computeoptimal.run import final_pick
+from prmkit.lab.computeoptimal.summary import claims
+from prmkit.lab.computeoptimal.stats import (Budget, Data, bon_curve, curve_grid, cv_choice, figures,
                                 fold_ids, holm, samples_needed, weighted_draws)
-from prmkit.lab.ngramprm import NgramPRM, fit_ngram_prm, hazard_examples, ngrams, words
+from prmkit.lab.verifiers.ngramprm import NgramPRM, fit_ngram_prm, hazard_examples, ngrams, words
 from prmkit.records import Record
 from prmkit.search.compute_optimal import Outcome, compute_optimal
 
@@ -289,7 +289,7 @@ def test_command_writes_claims_and_resumes_after_a_kill(tmp_path, capsys):
 
 
 def test_bad_options_are_clear_errors():
-    from prmkit.lab.computeoptimal import ComputeOptimalConfig
+    from prmkit.lab.computeoptimal.run import ComputeOptimalConfig
 
     with pytest.raises(PrmkitError, match="--budgets"):
         ComputeOptimalConfig(budgets="8,4")

@@ -36,7 +36,7 @@ EXPERIMENTS = [
     ("rl", "rl.run", "LabRLConfig",
      "RL with outcome, step and PRM-only rewards on a learnable lab policy (Math-Shepherd; "
      "reward hacking)"),
-    ("compute-optimal", "computeoptimal", "ComputeOptimalConfig",
+    ("compute-optimal", "computeoptimal.run", "ComputeOptimalConfig",
      "compute-optimal search by difficulty against best-of-N (Snell et al. 2024)"),
 ]
 

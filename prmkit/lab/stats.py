@@ -11,8 +11,8 @@
   for a count of k in n. A percentile bootstrap over counts that are all 0 gives [0, 0]; these
   do not (0 of 100 at 95%: Wilson [0, 3.70%], Clopper-Pearson [0, 3.62%]).
 * :func:`holm` (Holm 1979): which of several hypotheses a step-down test rejects at a
-  family-wise level; :func:`paired_holm`: several paired non-inferiority claims at once, each
-  read at its Holm level.
+  family-wise level; :func:`holm_draws`: non-inferiority tests read from bootstrap draws, each
+  at its Holm level; :func:`paired_holm`: the same for paired claims over problems.
 * :func:`write_summary` (atomic ``summary.json``), :func:`verdict` and :func:`print_rows`.
 """
 
@@ -28,7 +28,7 @@ import numpy as np
 from prmkit.evaluate.paired import Claim, paired_difference
 
 __all__ = ["Claim", "paired_difference", "paired", "ratio_difference", "percentile_interval",
-           "cover", "wilson", "clopper_pearson", "holm", "paired_holm", "write_summary", "verdict",
+           "cover", "wilson", "clopper_pearson", "holm", "holm_draws", "paired_holm", "write_summary", "verdict",
            "print_rows"]
 
 
@@ -133,11 +133,11 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 
 def holm(pvalues: Mapping[str, float], alpha: float) -> dict[str, tuple[bool, float]]:
     """Holm's step-down test (Holm 1979, "A simple sequentially rejective multiple test
-    procedure"): with the m p-values sorted ascending (ties by name), the k-th (k = 0, 1, ...)
+    procedure"): with the m p-values sorted ascending (ties in the given order), the k-th (k = 0, 1, ...)
     is tested at ``alpha / (m - k)`` and rejected when it is at or below that and every
     smaller one was rejected. The family-wise error is at most ``alpha``. For each name:
     (rejected, the level it was tested at)."""
-    order = sorted(pvalues, key=lambda k: (pvalues[k], k))
+    order = sorted(pvalues, key=lambda k: pvalues[k])      # stable: ties keep their order
     out: dict[str, tuple[bool, float]] = {}
     going = True
     for k, name in enumerate(order):
@@ -147,19 +147,37 @@ def holm(pvalues: Mapping[str, float], alpha: float) -> dict[str, tuple[bool, fl
     return out
 
 
+def holm_draws(draws: Mapping[Any, Sequence[float]], margin: float, level: float = 0.95,
+               digits: int = 3) -> dict[Any, dict[str, Any]]:
+    """Several non-inferiority tests ``difference > -margin`` read from bootstrap draws of
+    their differences, one family under :func:`holm`.
+
+    A test's one-sided p-value is the share of its draws at or below ``-margin``; the family's
+    one-sided level is ``(1 - level) / 2``, the tail a ``level`` interval leaves on each side,
+    so one test alone is read as its ``level`` interval. The k-th test in Holm's order (k = 0,
+    1, ... of m) is read at its central ``1 - (1 - level) / (m - k)`` interval, and holds when
+    every test before it held and that interval, as written (``digits``), lies above
+    ``-margin`` (at a tie of the draws, the stricter reading of ``p <= alpha_k``). For each
+    name, in Holm's order: ``holds``, ``p``, ``level``, ``ci`` and ``step`` (1-based)."""
+    p = {name: float(np.mean(np.asarray(d, dtype=float) <= -margin)) for name, d in draws.items()}
+    out: dict[Any, dict[str, Any]] = {}
+    going = True
+    for step, (name, (_, alpha_k)) in enumerate(holm(p, (1.0 - level) / 2.0).items(), start=1):
+        lvl = 1.0 - 2.0 * alpha_k
+        ci = percentile_interval(np.asarray(draws[name], dtype=float), lvl, digits)
+        going = going and ci[0] > -margin
+        out[name] = {"holds": going, "p": p[name], "level": round(lvl, 6), "ci": ci, "step": step}
+    return out
+
+
 def paired_holm(pairs: Mapping[str, tuple[Mapping[str, float], Mapping[str, float]]],
                 margin: float, level: float = 0.95, bootstrap: int = 10000, seed: int = 0,
                 ) -> dict[str, dict[str, Any]]:
     """Several paired non-inferiority claims ``a - b > -margin`` (points; values in 0..1) as
-    one family, corrected by :func:`holm`.
-
-    Each claim's one-sided p-value is the share of its paired bootstrap means (resampled as
-    :func:`paired` resamples) at or below ``-margin``; the family's one-sided level is
-    ``(1 - level) / 2``, the tail a ``level`` interval leaves on each side, so one claim alone
-    is read as :func:`paired` reads it. Each claim's interval is the central one at its Holm
-    level (a claim tested at one-sided alpha_k gets the 1 - 2 alpha_k interval), and it holds
-    when Holm rejects its null. For each name: ``claim`` (a :class:`Claim`, its interval in
-    ``ci95`` whatever the level), ``p`` and ``level``."""
+    one family, :func:`holm_draws` over their paired bootstrap means (resampled as
+    :func:`paired` resamples), so one claim alone is :func:`paired`'s. For each name, in
+    Holm's order: ``claim`` (a :class:`Claim`, its interval at its Holm level in ``ci95``
+    whatever the level), ``p`` and ``level``."""
     draws, points = {}, {}
     for name, (a, b) in pairs.items():
         common = sorted(set(a) & set(b))
@@ -167,16 +185,9 @@ def paired_holm(pairs: Mapping[str, tuple[Mapping[str, float], Mapping[str, floa
         rng = np.random.default_rng(seed)
         draws[name] = d[rng.integers(0, len(d), size=(bootstrap, len(d)))].mean(axis=1)
         points[name] = (round(float(d.mean()), 3), len(common))
-    p = {name: float(np.mean(m <= -margin)) for name, m in draws.items()}
-    out: dict[str, dict[str, Any]] = {}
-    going = True
-    for name, (_, alpha_k) in holm(p, (1.0 - level) / 2.0).items():   # in Holm's order
-        lo, hi = percentile_interval(draws[name], 1.0 - 2.0 * alpha_k)
-        going = going and lo > -margin      # the interval as written decides, as in paired
-        claim = Claim(holds=going, difference=points[name][0], ci95=[lo, hi],
-                      problems=points[name][1])
-        out[name] = {"claim": claim, "p": p[name], "level": round(1.0 - 2.0 * alpha_k, 6)}
-    return out
+    return {name: {"claim": Claim(holds=h["holds"], difference=points[name][0], ci95=h["ci"],
+                                  problems=points[name][1]), "p": h["p"], "level": h["level"]}
+            for name, h in holm_draws(draws, margin, level).items()}
 
 
 def write_summary(out: str, doc: Mapping[str, Any], indent: int = 2) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from prmkit.errors import PrmkitError
-from prmkit.lab.stats import percentile_interval
+from prmkit.lab.stats import holm_draws, percentile_interval
 
 RATIO = 4               # Snell et al. 2024: compute-optimal against best-of-N with 4x the compute
 WEIGHT_BY = "last"      # the PRM score that weights an answer's votes (Snell et al. 2024)
@@ -223,21 +223,12 @@ def interval(values: Sequence[float], level: float = 0.95) -> list[float]:
 def holm(boots: Sequence[Sequence[float]], margin: float, level: float = 0.95
          ) -> list[dict[str, Any]]:
     """Holm's step-down (Holm 1979) over non-inferiority tests read from bootstrap
-    distributions of differences, one per test, in the family's order. A test's bootstrap
-    p-value is the share of its resamples at or below ``-margin``; the tests are taken from the
-    smallest p (ties: the earlier test), and the k-th of m (k = 0, 1, ...) holds when every
-    earlier one held and the low end of its central ``1 - (1 - level) / (m - k)`` interval is
-    above ``-margin``. With one test this is the ``level`` interval's low end above ``-margin``.
-    Returns per test ``holds``, ``p_value``, ``holm_step``, ``holm_level`` and ``ci_holm``."""
-    m = len(boots)
-    p = [float(np.mean(np.asarray(b, dtype=float) <= -margin)) for b in boots]
-    order = sorted(range(m), key=lambda i: (p[i], i))
-    out: list[dict[str, Any]] = [{} for _ in range(m)]
-    going = True
-    for k, i in enumerate(order):
-        lvl = 1.0 - (1.0 - level) / (m - k)
-        ci = interval(boots[i], lvl)
-        going = going and ci[0] > -margin
-        out[i] = {"holds": bool(going), "p_value": round(p[i], 5), "holm_step": k + 1,
-                  "holm_level": round(lvl, 6), "ci_holm": ci}
-    return out
+    distributions of differences, one per test, in the family's order
+    (:func:`prmkit.lab.stats.holm_draws`, ties of p taken in that order). The k-th of m in
+    Holm's order holds when every earlier one held and the low end of its central
+    ``1 - (1 - level) / (m - k)`` interval is above ``-margin``. Returns per test, in the
+    family's order, ``holds``, ``p_value``, ``holm_step``, ``holm_level`` and ``ci_holm``."""
+    res = holm_draws(dict(enumerate(boots)), margin, level, digits=4)
+    return [{"holds": bool(res[i]["holds"]), "p_value": round(res[i]["p"], 5),
+             "holm_step": res[i]["step"], "holm_level": res[i]["level"], "ci_holm": res[i]["ci"]}
+            for i in range(len(boots))]

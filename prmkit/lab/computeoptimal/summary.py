@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from prmkit.lab.costats import (RATIO, Budget, Data, bon_curve, bootstrap, figures, holm,
+from prmkit.lab.computeoptimal.stats import (RATIO, Budget, Data, bon_curve, bootstrap, figures, holm,
                                 interval)
 from prmkit.lab.stats import cover, write_summary
 
@@ -36,7 +36,7 @@ def mean_tokens(pool: Mapping[str, Any]) -> float:
 
 def build_data(config: Any, pids: list[str], oracle: Mapping[str, Any], probe: Mapping[str, Any],
                pool: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]]) -> Data:
-    """The arrays :mod:`prmkit.lab.costats` reads, from the stages' files: per budget, weighted
+    """The arrays :mod:`prmkit.lab.computeoptimal.stats` reads, from the stages' files: per budget, weighted
     best-of-n and the searches of ``--methods`` (the choice set)."""
     from prmkit.search.compute_optimal import difficulty_bins
 
@@ -113,7 +113,7 @@ def _points(f: Mapping[str, list], i: int) -> float:
 def claims(point: Mapping[str, list], boots: list[Mapping[str, list]], margin: float,
            single_budgets: list[int]) -> dict[str, Any]:
     """The claims from the predicted-bin figures (probe charged): one non-inferiority claim per
-    budget, the family under :func:`prmkit.lab.costats.holm`, and the beats-best-single claim."""
+    budget, the family under :func:`prmkit.lab.computeoptimal.stats.holm`, and the beats-best-single claim."""
     out: dict[str, Any] = {}
     diffs = [[_points(b, i) for b in boots] for i in range(len(point["n"]))]
     for i, h in enumerate(holm(diffs, margin)):
@@ -183,7 +183,7 @@ def finish(config: Any, pids: list[str], oracle: Mapping[str, Any], probe: Mappi
         "difficulty": results,
     }
     write_summary(out, summary, indent=1)
-    from prmkit.lab.coreport import write_report
+    from prmkit.lab.computeoptimal.report import write_report
 
     write_report(os.path.join(out, "report.html"), summary)
     return summary

@@ -124,7 +124,7 @@ class ComputeOptimalConfig:
         return self.grid(self.single_budgets, "--single-budgets")
 
     def curve_grid(self) -> list[int]:
-        from prmkit.lab.costats import curve_grid
+        from prmkit.lab.computeoptimal.stats import curve_grid
 
         return curve_grid(self.pool, self.grid(), self.probe_n)
 
@@ -142,7 +142,7 @@ class ComputeOptimalConfig:
 
 
 def run(config: ComputeOptimalConfig) -> int:
-    from prmkit.lab import cosummary
+    from prmkit.lab.computeoptimal import summary as cosummary
 
     t0 = time.time()
     out = config.output
@@ -223,7 +223,7 @@ class Lab:
 
     def prm(self, say: Printer) -> Any:
         from prmkit.lab.demo.run import candidates_of
-        from prmkit.lab.ngramprm import NgramPRM, fit_ngram_prm
+        from prmkit.lab.verifiers.ngramprm import NgramPRM, fit_ngram_prm
         from prmkit.label.mc import MCConfig, label_mc
 
         path = os.path.join(self.config.output, "prm.json")
@@ -245,7 +245,7 @@ class Lab:
     def prm_quality(self, prm: Any, problems: int = 100, n: int = 8) -> dict[str, Any]:
         """The PRM on ``n`` candidates of ``problems`` held-out problems (another seed)."""
         from prmkit.lab import LabConfig, make_problems
-        from prmkit.lab.cosummary import prm_quality
+        from prmkit.lab.computeoptimal.summary import prm_quality
         from prmkit.lab.demo.run import candidates_of
 
         c = self.config
@@ -275,7 +275,7 @@ class Lab:
         accuracy at every n of the curve grid, from draws seeded by the seed and ``at``."""
         import numpy as np
 
-        from prmkit.lab.costats import weighted_draws
+        from prmkit.lab.computeoptimal.stats import weighted_draws
         from prmkit.search.best_of_n import best_of_n
 
         out: dict[str, Any] = {"score": {}, "correct": {}, "tokens": {}}
@@ -319,7 +319,7 @@ def final_pick(records: list[Any]) -> Any:
     over the finished candidates with a scored step, as :func:`prmkit.search.base.choose`
     filters them (all candidates when none finished, the first when none is scored)."""
     from prmkit import select
-    from prmkit.lab.costats import WEIGHT_BY
+    from prmkit.lab.computeoptimal.stats import WEIGHT_BY
 
     pool = [r for r in records if r.meta.get("complete")] or records
     scored = [r for r in pool if any(s is not None for s in r.step_scores or [])]
@@ -363,7 +363,7 @@ _LABS: dict[str, Lab] = {}
 def run_job(config: ComputeOptimalConfig, job: tuple[str, int, int, int]) -> None:
     """One chunk of the oracle's samples (``("oracle", at, 0, 0)``) or of the pool
     (``("pool", at, 0, 0)``), or one search cell (``(method, m, n, budget_tokens)``)."""
-    from prmkit.lab.ngramprm import NgramPRM
+    from prmkit.lab.verifiers.ngramprm import NgramPRM
 
     key = repr(asdict(config))
     if key not in _LABS:
