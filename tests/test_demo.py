@@ -93,12 +93,16 @@ def test_demo_runs_every_stage_and_reports_what_it_measured(base, tmp_path, caps
     for name, claim in summary["claims"].items():
         lo, hi = claim["ci95"]
         assert lo <= claim["difference"] <= hi
-        if name in widths:
-            assert not claim["holds"] or lo > -5.0
+        if name.startswith("beam"):          # Holm's interval decides, and holds the 95% one
+            h_lo, h_hi = claim["ci_holm"]
+            assert h_lo <= lo <= hi <= h_hi and claim["holm_level"] >= 0.95
+            assert not claim["holds"] or h_lo > -5.0
         else:
-            assert claim["holds"] == (lo > (-5.0 if name.startswith("beam") else 0.0))
+            assert claim["holds"] == (lo > 0.0)
     family = summary["claims"]["beam_matches_4x_best_of_n"]
-    assert family in [summary["claims"][w] for w in widths]
+    first = summary["claims"][family.pop("width")]
+    assert family == first and first["holm_step"] == 1
+    assert family["holds"] == (family["ci_holm"][0] > -5.0)
     assert family["holds"] == any(summary["claims"][w]["holds"] for w in widths)
     assert printed.count("claim: ") == 4 and ("YES: " in printed or "NO: " in printed)
     assert printed.count("  beam at B=") == 2

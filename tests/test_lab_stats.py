@@ -109,10 +109,11 @@ def test_paired_holm_reads_each_claim_at_its_level():
     worse = {k: (0.0 if i < 4 else 1.0) for i, k in enumerate(keys)}
     out = stats.paired_holm({"tie": (same, same), "worse": (worse, same)}, margin=5.0, seed=0)
     tie, bad = out["tie"], out["worse"]
-    assert tie["p"] == 0.0 and tie["level"] == pytest.approx(0.975)   # first: 0.025 / 2 a tail
-    assert tie["claim"].ci95 == [0.0, 0.0] and tie["claim"].holds
-    assert bad["claim"].difference == -10.0 and bad["level"] == pytest.approx(0.95)
-    assert bad["p"] > 0.5 and not bad["claim"].holds
+    assert tie["p_value"] == 0.0 and tie["holm_level"] == pytest.approx(0.975)  # 0.025 / 2 a tail
+    assert tie["ci_holm"] == [0.0, 0.0] and tie["claim"].holds and tie["holm_step"] == 1
+    assert bad["claim"].difference == -10.0 and bad["holm_level"] == pytest.approx(0.95)
+    assert bad["p_value"] > 0.5 and not bad["claim"].holds and bad["holm_step"] == 2
+    assert bad["ci_holm"] == bad["claim"].ci95        # read at 95%, its Holm level is its 95%
     # one claim alone is paired's claim, draw for draw
     alone = stats.paired_holm({"worse": (worse, same)}, margin=5.0, seed=0)["worse"]["claim"]
     assert alone == stats.paired(worse, same, margin=5.0, seed=0)

@@ -176,8 +176,9 @@ def paired_holm(pairs: Mapping[str, tuple[Mapping[str, float], Mapping[str, floa
     """Several paired non-inferiority claims ``a - b > -margin`` (points; values in 0..1) as
     one family, :func:`holm_draws` over their paired bootstrap means (resampled as
     :func:`paired` resamples), so one claim alone is :func:`paired`'s. For each name, in
-    Holm's order: ``claim`` (a :class:`Claim`, its interval at its Holm level in ``ci95``
-    whatever the level), ``p`` and ``level``."""
+    Holm's order: ``claim`` (a :class:`Claim` whose ``holds`` is Holm's verdict and whose
+    ``ci95`` is the 95% interval), and Holm's ``p_value``, ``holm_step``, ``holm_level`` and
+    ``ci_holm`` (the interval at that level, which decides)."""
     draws, points = {}, {}
     for name, (a, b) in pairs.items():
         common = sorted(set(a) & set(b))
@@ -185,9 +186,13 @@ def paired_holm(pairs: Mapping[str, tuple[Mapping[str, float], Mapping[str, floa
         rng = np.random.default_rng(seed)
         draws[name] = d[rng.integers(0, len(d), size=(bootstrap, len(d)))].mean(axis=1)
         points[name] = (round(float(d.mean()), 3), len(common))
-    return {name: {"claim": Claim(holds=h["holds"], difference=points[name][0], ci95=h["ci"],
-                                  problems=points[name][1]), "p": h["p"], "level": h["level"]}
-            for name, h in holm_draws(draws, margin, level).items()}
+    out: dict[str, dict[str, Any]] = {}
+    for name, h in holm_draws(draws, margin, level).items():
+        claim = Claim(holds=h["holds"], difference=points[name][0],
+                      ci95=percentile_interval(draws[name], 0.95), problems=points[name][1])
+        out[name] = {"claim": claim, "p_value": round(h["p"], 5), "holm_step": h["step"],
+                     "holm_level": h["level"], "ci_holm": h["ci"]}
+    return out
 
 
 def write_summary(out: str, doc: Mapping[str, Any], indent: int = 2) -> str:

@@ -43,7 +43,9 @@ def verdict_line(claim: Claim, what: str) -> tuple[str, str]:
     return what, verdict(claim.to_dict())
 
 
-def claims_json(claims: Mapping[str, Claim]) -> dict[str, Any]:
-    """The claims as ``summary.json`` holds them: the four first, then each beam width's."""
+def claims_json(claims: Mapping[str, Claim],
+                extra: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The claims as ``summary.json`` holds them: the four first, then each beam width's, each
+    with its ``extra`` figures (Holm's, for the beam claims) beside."""
     order = [k for k in CLAIMS if k in claims] + sorted(k for k in claims if k not in CLAIMS)
-    return {k: claims[k].to_dict() for k in order}
+    return {k: {**claims[k].to_dict(), **(extra or {}).get(k, {})} for k in order}

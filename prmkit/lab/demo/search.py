@@ -17,9 +17,10 @@ The protocol, fixed before any run of it (docs/lab.md, "The beam-search claim"):
   margin ``--margin`` points; the widths are one family, corrected by Holm's step-down
   (:func:`prmkit.lab.stats.paired_holm`): one-sided family-wise level 2.5%, the tail of the
   95% intervals the demo's other claims use. ``beam_matches_4x_best_of_n`` holds when beam
-  search matches best-of-4B at some width after the correction; its difference and interval
-  are those of the first width in Holm's order. Each width is also a claim of its own,
-  ``beam_b{B}_matches_best_of_{4B}``.
+  search matches best-of-4B at some width after the correction; its figures are those of the
+  first width in Holm's order. Each width is also a claim of its own,
+  ``beam_b{B}_matches_best_of_{4B}``. Every claim's ``ci95`` is its 95% interval; Holm's level
+  and the interval at it (``holm_level``, ``ci_holm``), which decide, are written beside.
 """
 
 from __future__ import annotations
@@ -87,18 +88,19 @@ def width_claim_name(b: int) -> str:
 
 
 def beam_claims(search: dict[str, Any], margin: float, seed: int,
-                ) -> tuple[dict[str, Claim], dict[str, float]]:
+                ) -> tuple[dict[str, Claim], dict[str, dict[str, Any]]]:
     """Each width's Holm-corrected claim and ``beam_matches_4x_best_of_n`` (see the module),
-    and the interval level each width's claim was read at. With Holm's step-down a width can
-    hold only when the first in its order does, so the family holds exactly when that first
-    one does."""
+    each with ``ci95`` its 95% interval, and Holm's figures of each (``p_value``,
+    ``holm_step``, ``holm_level``, ``ci_holm``: the interval at its level, which decides).
+    With Holm's step-down a width can hold only when the first in its order does, so the
+    family holds exactly when that first one does, and it takes that one's figures."""
     beams = {r["n"]: r for r in search["rows"] if r["method"] == "beam"}
     bon = {r["n"]: r for r in search["rows"] if r["method"] == "best-of-n"}
     family = paired_holm({width_claim_name(b): (row["per_problem"], bon[4 * b]["per_problem"])
                           for b, row in beams.items()}, margin=margin, seed=seed)
     claims = {name: f["claim"] for name, f in family.items()}
-    first = next(iter(family.values()))["claim"]           # the first in Holm's order
-    claims["beam_matches_4x_best_of_n"] = Claim(
-        holds=first.holds, difference=first.difference, ci95=first.ci95,
-        problems=first.problems)
-    return claims, {name: f["level"] for name, f in family.items()}
+    holm = {name: {k: v for k, v in f.items() if k != "claim"} for name, f in family.items()}
+    first = next(iter(family))                              # the first in Holm's order
+    claims["beam_matches_4x_best_of_n"] = claims[first]
+    holm["beam_matches_4x_best_of_n"] = {**holm[first], "width": first}
+    return claims, holm

@@ -92,7 +92,9 @@ def finish(res: Results, out: str, say: Any, seconds: float) -> None:
     print_rows(f"prmkit demo summary (lab world, seed {res.config.seed}; measured in this run, "
                f"{seconds:.0f} s on {os.cpu_count()} cores)", rows)
     doc = {"config": asdict(res.config), "prm_step_auc": auc[0], "orm_step_auc": auc[2],
-           "claims": lab_claims.claims_json(claims), "summary": dict(rows),
+           "claims": lab_claims.claims_json(claims, beam_claims(res.search, res.config.margin,
+                                                                  res.config.seed)[1]),
+           "summary": dict(rows),
            "bestofn": res.bon.curve, "search": res.search, "implicit": res.implicit}
     write_summary(out, doc)
     print(f"report written to {report}")
@@ -166,14 +168,16 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
 def beam_rows(res: Results, claims: dict[str, lab_claims.Claim]) -> list[tuple[str, str]]:
     """Each width's Holm-corrected verdict at its level, and the tokens both spent."""
     cfg, search = res.config, res.search
-    levels = beam_claims(search, cfg.margin, cfg.seed)[1]
+    holm = beam_claims(search, cfg.margin, cfg.seed)[1]
     rows = []
     for b in cfg.beam_n:
         name, beam, bon = width_claim_name(b), search_row(search, "beam", b), \
             search_row(search, "best-of-n", 4 * b)
+        h = holm[name]
         rows += [(f"  beam at B={b} >= best-of-{4 * b}, {beam['accuracy']:.1f}% vs "
-                  f"{bon['accuracy']:.1f}%", verdict(claims[name].to_dict(),
-                                                   level=f"{100 * levels[name]:g}%")),
+                  f"{bon['accuracy']:.1f}%", verdict(claims[name].to_dict()) +
+                  f"; Holm step {h['holm_step']} at {100 * h['holm_level']:g}%: "
+                  f"[{h['ci_holm'][0]:+.1f}, {h['ci_holm'][1]:+.1f}]"),
                  (f"  generated tokens per problem, beam B={b} / best-of-{4 * b}",
                   f"{beam['tokens']:.0f} / {bon['tokens']:.0f}")]
     return rows
