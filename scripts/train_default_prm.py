@@ -46,7 +46,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from prmkit import formats, select  # noqa: E402
-from prmkit.records import Record, write_records  # noqa: E402
+from prmkit.records import Record, read_records, write_records  # noqa: E402
 from prmkit.shareddata import shared_data_dir  # noqa: E402
 
 DATA = shared_data_dir()
@@ -58,7 +58,14 @@ def prmbench(categories: list[str]) -> tuple[list[Record], dict[str, Record]]:
     """PRMBench's modified processes (with a known first error) of ``categories``, and one
     original process per problem (all steps correct), by problem idx."""
     modified, originals = [], {}
-    for path in sorted(glob.glob(os.path.join(DATA, "prmbench_train_p1_first400", "*.jsonl"))):
+    paths = sorted(glob.glob(os.path.join(DATA, "prmbench_train_p1_first400", "*.jsonl")))
+    known = sorted(p.rsplit("_4o_", 1)[-1][:-len(".jsonl")] for p in paths)
+    unknown = [c for c in categories if c not in known]
+    if unknown:
+        raise SystemExit(f"--prmbench-categories: no file for {', '.join(unknown)} in "
+                         f"{os.path.join(DATA, 'prmbench_train_p1_first400')} "
+                         f"(categories there: {', '.join(known)})")
+    for path in paths:
         if not any(path.endswith(f"_{c}.jsonl") for c in categories):
             continue
         for r in formats.read("prmbench", path, formats.ConvertOptions()):
@@ -196,8 +203,11 @@ def measure(ship: str, args: argparse.Namespace, test: list[Record]) -> dict:
     print(table.getvalue(), flush=True)
     with open(pb_out) as f:
         pb = json.load(f)
-    figures = {"processbench": processbench_figures(pb), "processbench_table": table.getvalue(),
-               "processbench_command": "prmkit " + " ".join(command)}
+    sources = sources_heuristic(args)
+    figures = {"processbench": processbench_figures(pb, sources["train"].pop("predictions")),
+               "processbench_table": table.getvalue(),
+               "processbench_command": "prmkit " + " ".join(command),
+               "heuristic_on_sources": sources}
     prm = load_hf_prm(ship, config=HFConfig(dtype="float32"))
     scores = prm.score([r.problem for r in test], [r.steps for r in test])
     pairs = [(float(y >= 0.5), x) for r, s in zip(test, scores)
@@ -209,43 +219,74 @@ def measure(ship: str, args: argparse.Namespace, test: list[Record]) -> dict:
     return figures
 
 
-def processbench_figures(pb: dict, draws: int = 2000, seed: int = 0) -> dict:
-    """Average F1 of the model and of the heuristic, and model minus heuristic, each with a
-    95% bootstrap interval (samples resampled within each split, the same draw for both)."""
+def sources_heuristic(args: argparse.Namespace) -> dict:
+    """The position/length heuristic fitted (and threshold-tuned) on this run's training records
+    and, apart, on its dev records: the same sources the PRM may learn from. ProcessBench's own
+    heuristic (fitted leave one split out) reads ProcessBench's labels, which the PRM never sees;
+    this one measures what position and length alone carry over from the training sources."""
+    from prmkit.evaluate import processbench
+
+    splits = processbench.load_splits(os.path.join(DATA, "processbench_dev"))
+    out = {}
+    for name in ("train", "dev"):
+        recs = read_records(os.path.join(args.work, f"{name}.jsonl"))
+        res = processbench.position_length(splits, recs, f"{name}.jsonl")
+        out[name] = {"average_f1": res["average_f1"], "predictions": res["predictions"],
+                     "per_split_f1": {s: m["f1"] for s, m in res["splits"].items()}}
+    out["dev"].pop("predictions")
+    return out
+
+
+def processbench_figures(pb: dict, sources: dict[str, list[int]] | None = None,
+                         draws: int = 2000, seed: int = 0) -> dict:
+    """Average F1 of the model, of the heuristic of the run (and of ``sources``, the heuristic
+    fitted on the training records, when given), and the model minus each, with 95% bootstrap
+    intervals (samples resampled within each split and kind, correct or erroneous, so every
+    draw keeps each split's F1 defined; the same draw for all)."""
     from prmkit.evaluate.processbench import average_f1, split_metrics
 
     splits = list(pb["model"]["splits"])
-    model = {s: [(p["label"], p["predicted"]) for p in pb["predictions"] if p["split"] == s]
-             for s in splits}
-    heur = pb["baselines"]["position_length"]["predictions"]
+    labels = {s: [p["label"] for p in pb["predictions"] if p["split"] == s] for s in splits}
+    arms = {"model": {s: [p["predicted"] for p in pb["predictions"] if p["split"] == s]
+                      for s in splits},
+            "heuristic": pb["baselines"]["position_length"]["predictions"]}
+    if sources is not None:
+        arms["sources_heuristic"] = sources
     rng = random.Random(seed)
 
-    def avg(idx: dict[str, list[int]], which: str) -> float:
-        per = {}
-        for s in splits:
-            labels = [model[s][i][0] for i in idx[s]]
-            preds = [model[s][i][1] if which == "model" else heur[s][i] for i in idx[s]]
-            per[s] = split_metrics(labels, preds)
+    def avg(idx: dict[str, list[int]], arm: str) -> float:
+        per = {s: split_metrics([labels[s][i] for i in idx[s]], [arms[arm][s][i] for i in idx[s]])
+               for s in splits}
         return average_f1(per)[0] or 0.0
 
-    full = {s: list(range(len(model[s]))) for s in splits}
-    boots = []
+    full = {s: list(range(len(labels[s]))) for s in splits}
+    strata = [(s, [i for i in full[s] if (labels[s][i] == -1) == c]) for s in splits
+              for c in (True, False)]
+    point = {a: avg(full, a) for a in arms}
+    boots: dict[str, list[float]] = {k: [] for a in arms for k in (a, f"model_minus_{a}")}
     for _ in range(draws):
-        idx = {s: [rng.randrange(len(model[s])) for _ in model[s]] for s in splits}
-        m, h = avg(idx, "model"), avg(idx, "heuristic")
-        boots.append((m, h, m - h))
-    cut = lambda k: [round(sorted(b[k] for b in boots)[int(q * draws)], 2)  # noqa: E731
+        idx: dict[str, list[int]] = {s: [] for s in splits}
+        for s, members in strata:
+            idx[s] += [rng.choice(members) for _ in members]
+        got = {a: avg(idx, a) for a in arms}
+        for a, v in got.items():
+            boots[a].append(v)
+            boots[f"model_minus_{a}"].append(got["model"] - v)
+    cut = lambda k: [round(sorted(boots[k])[int(q * draws)], 2)  # noqa: E731
                      for q in (0.025, 0.975)]
-    return {"threshold": pb["threshold"], "threshold_from": pb.get("threshold_from"),
-            "per_split_f1": {s: pb["model"]["splits"][s]["f1"] for s in splits},
-            "heuristic_per_split_f1": {s: pb["baselines"]["position_length"]["splits"][s]["f1"]
-                                       for s in splits},
-            "average_f1": round(avg(full, "model"), 2), "average_f1_interval": cut(0),
-            "heuristic_average_f1": round(avg(full, "heuristic"), 2),
-            "heuristic_average_f1_interval": cut(1),
-            "model_minus_heuristic": round(avg(full, "model") - avg(full, "heuristic"), 2),
-            "model_minus_heuristic_interval": cut(2), "bootstrap_draws": draws,
-            "beats_position_length": pb["beats_position_length"]}
+    out = {"threshold": pb["threshold"], "threshold_from": pb.get("threshold_from"),
+           "per_split_f1": {s: pb["model"]["splits"][s]["f1"] for s in splits},
+           "heuristic_per_split_f1": {s: pb["baselines"]["position_length"]["splits"][s]["f1"]
+                                      for s in splits},
+           "average_f1": round(point["model"], 2), "average_f1_interval": cut("model"),
+           "bootstrap_draws": draws, "beats_position_length": pb["beats_position_length"]}
+    for a in arms:
+        if a != "model":
+            out.update({f"{a}_average_f1": round(point[a], 2),
+                        f"{a}_average_f1_interval": cut(a),
+                        f"model_minus_{a}": round(point["model"] - point[a], 2),
+                        f"model_minus_{a}_interval": cut(f"model_minus_{a}")})
+    return out
 
 
 def gsm8k_figures(prm, n: int, threshold: float, seed: int, draws: int = 2000) -> dict:
@@ -294,6 +335,12 @@ def write_card(folder: str, args: argparse.Namespace, fig: dict, sizes: dict[str
          f"solutions each), accuracy % [95% bootstrap interval over problems]:\n",
          "| method | accuracy |", "|---|---|"]
         + [f"| {m} | {v[0]} [{v[1]}, {v[2]}] |" for m, v in g.items() if isinstance(v, list)])
+    sources = "" if "sources_heuristic_average_f1" not in pb else (
+        f"The same heuristic fitted and threshold-tuned on this PRM's own training records "
+        f"instead of ProcessBench's: average F1 "
+        f"{ci(pb['sources_heuristic_average_f1'], pb['sources_heuristic_average_f1_interval'])}; "
+        f"this PRM minus it: "
+        f"{ci(pb['model_minus_sources_heuristic'], pb['model_minus_sources_heuristic_interval'])}.\n")
     test = fig.get("prm800k_test")
     auc_line = "" if not test else (
         f"\nStep AUC on {test['records']} held-out PRM800K phase-1 test records ({test['steps']} "
@@ -334,8 +381,9 @@ one split out):
 | **average** | **{ci(pb['average_f1'], pb['average_f1_interval'])}** | {ci(pb['heuristic_average_f1'], pb['heuristic_average_f1_interval'])} |
 
 This PRM minus the heuristic: {ci(pb['model_minus_heuristic'], pb['model_minus_heuristic_interval'])}
-(95% bootstrap interval, samples resampled within each split, {pb['bootstrap_draws']} draws).
-Command: `{fig['processbench_command'].replace(ROOT + '/', '')}`.
+(95% bootstrap interval, samples resampled within each split and kind, correct or erroneous,
+{pb['bootstrap_draws']} draws).
+{sources}Command: `{fig['processbench_command'].replace(ROOT + '/', '')}`.
 {gsm}
 {auc_line}""")
 
