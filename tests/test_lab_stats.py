@@ -117,3 +117,16 @@ def test_paired_holm_reads_each_claim_at_its_level():
     # one claim alone is paired's claim, draw for draw
     alone = stats.paired_holm({"worse": (worse, same)}, margin=5.0, seed=0)["worse"]["claim"]
     assert alone == stats.paired(worse, same, margin=5.0, seed=0)
+
+
+def test_verdict_reads_differences_ratios_and_holm_alike():
+    from prmkit.lab.stats import verdict
+
+    assert verdict({"holds": True, "difference": 2.25, "ci95": [0.31, 3.8]}) == \
+        "YES: +2.2 points, 95% CI [+0.3, +3.8]"
+    assert verdict({"holds": False, "difference": 0.57, "ci95": [0.321, 0.99], "problems": 150},
+                   unit="x", digits=2) == "NO: 0.57x, 95% CI [0.32, 0.99] over 150 problems"
+    holm = {"holds": False, "difference": 0.0, "ci95": [-5.0, 5.0], "holm_step": 1,
+            "holm_level": 0.975, "ci_holm": [-6.25, 6.25], "margin": 5}
+    assert verdict(holm, level="95%") == ("NO: +0.0 points, 95% CI [-5.0, +5.0]; Holm step 1 at "
+                                          "97.5%: [-6.2, +6.2], margin -5")

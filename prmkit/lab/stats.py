@@ -205,11 +205,24 @@ def write_summary(out: str, doc: Mapping[str, Any], indent: int = 2) -> str:
     return path
 
 
-def verdict(c: Mapping[str, Any], unit: str = "points", level: str = "95%") -> str:
-    """A claim as a summary row reads it: YES or NO, the difference and its interval."""
-    where = f" over {c['problems']} problems" if "problems" in c else ""
-    return (f"{'YES' if c['holds'] else 'NO'}: {c['difference']:+.1f} {unit}, {level} CI "
-            f"[{c['ci95'][0]:+.1f}, {c['ci95'][1]:+.1f}]{where}")
+def verdict(c: Mapping[str, Any], unit: str = "points", level: str = "95%", digits: int = 1,
+            ) -> str:
+    """A claim as every summary row reads it: YES or NO, the difference and its interval (a
+    ratio, ``unit="x"``, unsigned), then Holm's step, level and interval where the claim has
+    them (:func:`paired_holm`, :func:`holm_draws`)."""
+    lo, hi = c["ci95"]
+    if unit == "x":
+        text = f"{c['difference']:.{digits}f}x, {level} CI [{lo:.{digits}f}, {hi:.{digits}f}]"
+    else:
+        text = (f"{c['difference']:+.{digits}f} {unit}, {level} CI "
+                f"[{lo:+.{digits}f}, {hi:+.{digits}f}]")
+    if "problems" in c:
+        text += f" over {c['problems']} problems"
+    if "ci_holm" in c:
+        margin = f", margin -{c['margin']:g}" if "margin" in c else ""
+        text += (f"; Holm step {c['holm_step']} at {100 * c['holm_level']:g}%: "
+                 f"[{c['ci_holm'][0]:+.{digits}f}, {c['ci_holm'][1]:+.{digits}f}]{margin}")
+    return f"{'YES' if c['holds'] else 'NO'}: {text}"
 
 
 def print_rows(title: str, rows: Sequence[tuple[str, str]]) -> None:

@@ -120,17 +120,21 @@ def summary_rows(config: Any, doc: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append((f"efficiency ratio {name}", ratio_text(r)))
     c = doc["claims"]["active_learning_efficiency"]
     rows.append(("claim: active learning more label-efficient than uniform (ratio > 1)?",
-                 f"{'YES' if c['holds'] else 'NO'}: {ratio_text(c)}; the paper: "
-                 f"{c['paper']}x"))
+                 (stats.verdict(c, unit="x", digits=2) + undefined_text(c) if c["defined"]
+                  else f"NO: {ratio_text(c)}") + f"; the paper: {c['paper']}x"))
     return rows
 
 
 def ratio_text(r: dict[str, Any]) -> str:
     if not r["defined"]:
         return "no ratio: the fitted curves do not rise"
-    text = f"{r['difference']:.2f}x, 95% CI [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
-    return text + (f" ({r['undefined_resamples']} resamples without a rising curve)"
-                   if r["undefined_resamples"] else "")
+    return (f"{r['difference']:.2f}x, 95% CI [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
+            + undefined_text(r))
+
+
+def undefined_text(r: dict[str, Any]) -> str:
+    return (f" ({r['undefined_resamples']} resamples without a rising curve)"
+            if r["undefined_resamples"] else "")
 
 
 def finish(config: Any, doc: dict[str, Any], out: str, say: Any, seconds: float) -> None:

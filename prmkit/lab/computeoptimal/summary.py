@@ -22,7 +22,7 @@ import numpy as np
 
 from prmkit.lab.computeoptimal.stats import (RATIO, Budget, Data, bon_curve, bootstrap, figures, holm,
                                 interval)
-from prmkit.lab.stats import cover, write_summary
+from prmkit.lab.stats import cover, verdict, write_summary
 
 BINNINGS = (("predicted", True), ("oracle", False))   # (bins, probe charged)
 WEIGHTED = "weighted best-of-n"
@@ -213,11 +213,7 @@ def lines(summary: Mapping[str, Any]) -> list[str]:
            f"{q['first_error_auc_calculation']} ({q['first_errors_calculation']}), other errors "
            f"AUC {q['first_error_auc_other']} ({q['first_errors_other']})"]
     for name, c in summary["claims"].items():
-        extra = (f"; Holm step {c['holm_step']} at {100 * c['holm_level']:.2f}%: "
-                 f"[{c['ci_holm'][0]:+.2f}, {c['ci_holm'][1]:+.2f}], margin -{c['margin']:g}"
-                 if "holm_level" in c else "")
-        out.append(f"{name}: {'YES' if c['holds'] else 'NO'}: {c['difference']:+.2f} points, "
-                   f"95% CI [{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]{extra}")
+        out.append(f"{name}: {verdict(c, digits=2)}")
     for binning, res in summary["difficulty"].items():
         p, ci = res["point"], res["ci95"]
         for i, n in enumerate(p["n"]):

@@ -175,9 +175,7 @@ def beam_rows(res: Results, claims: dict[str, lab_claims.Claim]) -> list[tuple[s
             search_row(search, "best-of-n", 4 * b)
         h = holm[name]
         rows += [(f"  beam at B={b} >= best-of-{4 * b}, {beam['accuracy']:.1f}% vs "
-                  f"{bon['accuracy']:.1f}%", verdict(claims[name].to_dict()) +
-                  f"; Holm step {h['holm_step']} at {100 * h['holm_level']:g}%: "
-                  f"[{h['ci_holm'][0]:+.1f}, {h['ci_holm'][1]:+.1f}]"),
+                  f"{bon['accuracy']:.1f}%", verdict({**claims[name].to_dict(), **h})),
                  (f"  generated tokens per problem, beam B={b} / best-of-{4 * b}",
                   f"{beam['tokens']:.0f} / {bon['tokens']:.0f}")]
     return rows

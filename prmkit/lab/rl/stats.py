@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from prmkit.lab.stats import cover, paired_difference, percentile_interval, write_summary
+from prmkit.lab.stats import cover, paired_difference, percentile_interval, verdict, write_summary
 
 PRIMARY = "step_rewards_learn_faster"
 RATIO_CAP = 100.0
@@ -216,9 +216,9 @@ def lines(result: dict[str, Any]) -> list[str]:
         text += f"; flagged {row['hacking']['flagged_share']:.0%} of seeds"
         out.append(text)
     for name, c in result["claims"].items():
+        unit = "x" if name == "step_rewards_fewer_samples" else "points"
         out.append(f"{name}{' (primary)' if name == result['primary'] else ''}: "
-                   f"{'YES' if c['holds'] else 'NO'} ({c['difference']:+.3f}, 95% CI "
-                   f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}])")
+                   f"{verdict(c, unit=unit, digits=3 if unit == 'points' else 2)}")
     return out
 
 
