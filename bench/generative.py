@@ -3,7 +3,8 @@ a ProcessBench slice, on this machine (docs/generative-prms.md).
 
 The slice: the first ``--per-split`` correct and the first ``--per-split`` wrong solutions of
 each split file in ``--data`` (ProcessBench's dev slice by default). Each arm is one
-``prmkit eval processbench`` run, one thread; the table gives its average F1 (threshold 0.5),
+``prmkit eval processbench`` run, one thread; the table gives its average F1 (threshold 0.5; the
+default PRM at the threshold saved with it),
 the heuristic's F1 from the same run, the parse rate, and seconds (the scoring loop alone) and
 generated tokens per solution. Usage:
 

@@ -51,7 +51,8 @@ from prmkit.shareddata import shared_data_dir  # noqa: E402
 
 DATA = shared_data_dir()
 TARGET = os.path.join(ROOT, "prmkit", "models", "default_prm")
-CATEGORIES = "counterfactual,domain_inconsistency,step_contradiction"
+CATEGORIES = ("counterfactual,domain_inconsistency,step_contradiction,circular,confidence,deception,"
+              "redundency,missing_condition")  # every category in the folder (its own spelling)
 
 
 def prmbench(categories: list[str]) -> tuple[list[Record], dict[str, Record]]:
@@ -136,14 +137,14 @@ def train(args: argparse.Namespace, command: str) -> str:
 def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add = ap.add_argument
-    add("--n-prm800k", type=int, default=600, help="PRM800K phase-1 train records")
+    add("--n-prm800k", type=int, default=2000, help="PRM800K phase-1 train records")
     add("--prmbench-categories", default=CATEGORIES, help="PRMBench error categories trained on")
-    add("--prmbench-problems", type=int, default=80, help="PRMBench train problems")
+    add("--prmbench-problems", type=int, default=300, help="PRMBench train problems")
     add("--dev-prmbench", type=int, default=20, help="PRMBench problems held out for dev")
     add("--dev-prm800k", type=int, default=60, help="PRM800K phase-1 test records for dev")
     add("--n-test", type=int, default=100, help="other PRM800K test records for the card")
     add("--max-length", type=int, default=448, help="longest training record, in tokens")
-    add("--last-k", type=int, default=1, help="layers trained, with the final norm and the head")
+    add("--last-k", type=int, default=2, help="layers trained, with the final norm and the head")
     add("--epochs", type=int, default=2, help="passes over the training records")
     add("--lr", type=float, default=3e-4, help="peak learning rate of the layers")
     add("--head-lr", type=float, default=1e-3, help="peak learning rate of the new head")
@@ -322,6 +323,14 @@ def _to_bf16(path: str) -> None:
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in load_file(path).items()}, path)
 
 
+def card_command(command: str, args: argparse.Namespace) -> str:
+    """The card's ProcessBench command as a user of the installed package types it."""
+    ship = os.path.join(args.work, "ship")
+    command = command.replace(os.path.join(args.work, "processbench.json"), "pb.json")
+    command = command.replace(ship, "default" if not args.no_install else ship)
+    return command.replace(DATA, "../shared/data").replace(ROOT + "/", "")
+
+
 def write_card(folder: str, args: argparse.Namespace, fig: dict, sizes: dict[str, int]) -> None:
     from prmkit.models.folder import saved_threshold
 
@@ -383,7 +392,7 @@ one split out):
 This PRM minus the heuristic: {ci(pb['model_minus_heuristic'], pb['model_minus_heuristic_interval'])}
 (95% bootstrap interval, samples resampled within each split and kind, correct or erroneous,
 {pb['bootstrap_draws']} draws).
-{sources}Command: `{fig['processbench_command'].replace(ROOT + '/', '')}`.
+{sources}Command: `{card_command(fig['processbench_command'], args)}`.
 {gsm}
 {auc_line}""")
 
