@@ -255,16 +255,19 @@ def processbench_figures(pb: dict, sources: dict[str, list[int]] | None = None,
         arms["sources_heuristic"] = sources
     rng = random.Random(seed)
 
+    def per_split(idx: dict[str, list[int]], arm: str) -> dict:
+        return {s: split_metrics([labels[s][i] for i in idx[s]], [arms[arm][s][i] for i in idx[s]])
+                for s in splits}
+
     def avg(idx: dict[str, list[int]], arm: str) -> float:
-        per = {s: split_metrics([labels[s][i] for i in idx[s]], [arms[arm][s][i] for i in idx[s]])
-               for s in splits}
-        return average_f1(per)[0] or 0.0
+        return average_f1(per_split(idx, arm))[0] or 0.0
 
     full = {s: list(range(len(labels[s]))) for s in splits}
     strata = [(s, [i for i in full[s] if (labels[s][i] == -1) == c]) for s in splits
               for c in (True, False)]
     point = {a: avg(full, a) for a in arms}
     boots: dict[str, list[float]] = {k: [] for a in arms for k in (a, f"model_minus_{a}")}
+    boots.update({f"{a}:{s}": [] for a in ("model", "heuristic") for s in splits})
     for _ in range(draws):
         idx: dict[str, list[int]] = {s: [] for s in splits}
         for s, members in strata:
@@ -273,12 +276,17 @@ def processbench_figures(pb: dict, sources: dict[str, list[int]] | None = None,
         for a, v in got.items():
             boots[a].append(v)
             boots[f"model_minus_{a}"].append(got["model"] - v)
+        for a in ("model", "heuristic"):
+            for s, m in per_split(idx, a).items():
+                boots[f"{a}:{s}"].append(m.f1 or 0.0)
     cut = lambda k: [round(sorted(boots[k])[int(q * draws)], 2)  # noqa: E731
                      for q in (0.025, 0.975)]
     out = {"threshold": pb["threshold"], "threshold_from": pb.get("threshold_from"),
            "per_split_f1": {s: pb["model"]["splits"][s]["f1"] for s in splits},
            "heuristic_per_split_f1": {s: pb["baselines"]["position_length"]["splits"][s]["f1"]
                                       for s in splits},
+           "per_split_f1_interval": {s: cut(f"model:{s}") for s in splits},
+           "heuristic_per_split_f1_interval": {s: cut(f"heuristic:{s}") for s in splits},
            "average_f1": round(point["model"], 2), "average_f1_interval": cut("model"),
            "bootstrap_draws": draws, "beats_position_length": pb["beats_position_length"]}
     for a in arms:
@@ -336,7 +344,8 @@ def write_card(folder: str, args: argparse.Namespace, fig: dict, sizes: dict[str
 
     pb, t = fig["processbench"], saved_threshold(folder)
     ci = lambda v, i: f"{v:.1f} [{i[0]:.1f}, {i[1]:.1f}]"  # noqa: E731
-    rows = "\n".join(f"| {s} | {pb['per_split_f1'][s]:.1f} | {pb['heuristic_per_split_f1'][s]:.1f} |"
+    rows = "\n".join(f"| {s} | {ci(pb['per_split_f1'][s], pb['per_split_f1_interval'][s])} | "
+                     f"{ci(pb['heuristic_per_split_f1'][s], pb['heuristic_per_split_f1_interval'][s])} |"
                      for s in pb["per_split_f1"])
     g = fig.get("gsm8k")
     gsm = "" if not g else "\n".join(

@@ -48,6 +48,10 @@ def test_processbench_figures_by_hand(rebuild):
     lo, hi = fig["model_minus_sources_heuristic_interval"]
     assert lo <= -25.0 <= hi and lo < hi   # split a resamples, so the interval is not a point
     assert fig["sources_heuristic_average_f1_interval"] == [100.0, 100.0]
+    assert fig["per_split_f1_interval"]["b"] == [100.0, 100.0]   # exact on every resample
+    lo, hi = fig["per_split_f1_interval"]["a"]
+    assert lo <= 50.0 <= hi and lo < hi
+    assert fig["heuristic_per_split_f1_interval"] == {"a": [0.0, 0.0], "b": [0.0, 0.0]}
     assert "sources_heuristic_average_f1" not in rebuild.processbench_figures(
         _pb(labels, model, heuristic), draws=50)
 
