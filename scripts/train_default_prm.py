@@ -259,25 +259,23 @@ def processbench_figures(pb: dict, sources: dict[str, list[int]] | None = None,
         return {s: split_metrics([labels[s][i] for i in idx[s]], [arms[arm][s][i] for i in idx[s]])
                 for s in splits}
 
-    def avg(idx: dict[str, list[int]], arm: str) -> float:
-        return average_f1(per_split(idx, arm))[0] or 0.0
-
     full = {s: list(range(len(labels[s]))) for s in splits}
     strata = [(s, [i for i in full[s] if (labels[s][i] == -1) == c]) for s in splits
               for c in (True, False)]
-    point = {a: avg(full, a) for a in arms}
+    point = {a: average_f1(per_split(full, a))[0] or 0.0 for a in arms}
     boots: dict[str, list[float]] = {k: [] for a in arms for k in (a, f"model_minus_{a}")}
     boots.update({f"{a}:{s}": [] for a in ("model", "heuristic") for s in splits})
     for _ in range(draws):
         idx: dict[str, list[int]] = {s: [] for s in splits}
         for s, members in strata:
             idx[s] += [rng.choice(members) for _ in members]
-        got = {a: avg(idx, a) for a in arms}
+        per = {a: per_split(idx, a) for a in arms}
+        got = {a: average_f1(per[a])[0] or 0.0 for a in arms}
         for a, v in got.items():
             boots[a].append(v)
             boots[f"model_minus_{a}"].append(got["model"] - v)
         for a in ("model", "heuristic"):
-            for s, m in per_split(idx, a).items():
+            for s, m in per[a].items():
                 boots[f"{a}:{s}"].append(m.f1 or 0.0)
     cut = lambda k: [round(sorted(boots[k])[int(q * draws)], 2)  # noqa: E731
                      for q in (0.025, 0.975)]
