@@ -58,8 +58,9 @@ class DemoConfig:
     seed: int = field(default=0, metadata={"help": "seed of the problems, the sampling and training"})
     train_problems: int = field(default=100, metadata={"help": "lab problems to train on"})
     train_n: int = field(default=4, metadata={"help": "candidates per training problem"})
-    test_problems: int = field(default=80, metadata={
-        "help": "lab problems for best-of-N (80 or more give the paired intervals their width)"})
+    test_problems: int = field(default=200, metadata={
+        "help": "lab problems for best-of-N (200: the power the best-of-N claims need, "
+                "docs/lab.md)"})
     n: int = field(default=8, metadata={"help": "candidates per test problem (the largest N)"})
     min_steps: int = field(default=2, metadata={"help": "fewest operations per problem"})
     max_steps: int = field(default=5, metadata={"help": "most operations per problem"})
