@@ -106,11 +106,12 @@ class DemoConfig:
                 "token, so its training on outcomes also gives step credit, an outcome-"
                 "supervised PRM); own: its last --last-k layers and a class head, at --lr for "
                 "--epochs in batches of --batch-tokens"})
-    search_problems: int = field(default=80, metadata={
+    search_problems: int = field(default=320, metadata={
         "help": "problems for beam search: lab problems of their own (seed + 2000), harder "
                 "than the test problems (--search-min-steps, --search-max-steps). Beam search "
                 "at each width B against best-of-4B is a non-inferiority claim with a margin "
-                "of --margin points, the widths Holm-corrected as one family."})
+                "of --margin points, the widths Holm-corrected as one family (320: the power "
+                "that claim needs, docs/lab.md)."})
     search_min_steps: int = field(default=4, metadata={
         "help": "fewest operations per search problem"})
     search_max_steps: int = field(default=8, metadata={
