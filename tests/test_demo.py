@@ -213,8 +213,8 @@ def test_demo_searches_harder_problems_of_its_own(base, tmp_path, capsys):
     for r in read_records(str(out / "search_candidates.jsonl")):
         assert 3 <= len(parse_problem(r.problem).ops) <= 4
     assert doc["claims"]["beam_matches_4x_best_of_n"]["problems"] == 2
-    # the search samples were read in the test candidates' passes (one tree per problem):
-    # their scores are one-pass scoring's, each sample alone
+    # the search samples are read one tree per problem: their scores are one-pass scoring's,
+    # each sample alone
     from prmkit.models.backends.hf import HFConfig, load_hf_prm
 
     more = read_records(str(out / "search_scored.jsonl"))
@@ -229,6 +229,39 @@ def test_demo_searches_harder_problems_of_its_own(base, tmp_path, capsys):
     for r in more:
         alone = prm.score([r.problem], [r.steps])[0]
         assert r.step_scores == pytest.approx(alone, abs=1e-5 if ran_in == "float32" else 3e-2)
+
+
+def test_demo_search_settings_are_the_search_stages_own(base, tmp_path, capsys):
+    # changing a search setting redoes the search stage alone; --margin only the summary
+    out = tmp_path / "demo"
+    assert main(demo_args(base, out)) == 0
+    capsys.readouterr()
+    kept = {name: (out / name).read_text() for name in
+            ("train_mc.jsonl", "test_scored.jsonl", "prm/last/prmkit_train.json")}
+    mtimes = {p.name: p.stat().st_mtime_ns for p in (out / "prm" / "last").iterdir()}
+    before = json.loads((out / "summary.json").read_text())["search"]
+    assert main(demo_args(base, out, "--beam-n", "1", "2", "3", "--search-problems", "3")) == 0
+    assert "resuming the run" in capsys.readouterr().out
+    assert {name: (out / name).read_text() for name in kept} == kept
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "prm" / "last").iterdir()} == mtimes
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["search"]["problems"] == 3
+    assert {(r["method"], r["n"]) for r in doc["search"]["rows"]} == {
+        ("beam", 1), ("best-of-n", 4), ("beam", 2), ("best-of-n", 8), ("beam", 3),
+        ("best-of-n", 12)}
+    samples = read_records(str(out / "search_scored.jsonl"))
+    assert len(samples) == 3 * 12 and all(r.step_scores for r in samples)
+    assert json.loads((out / "search_settings.json").read_text())["beam_n"] == [1, 2, 3]
+    # back to the first settings: the same search as the first run, made again
+    assert main(demo_args(base, out, "--margin", "7")) == 0
+    assert "resuming the run" in capsys.readouterr().out
+    doc = json.loads((out / "summary.json").read_text())
+    assert _timeless(doc["search"]) == _timeless(before) and doc["config"]["margin"] == 7
+    assert doc["claims"]["beam_matches_4x_best_of_n"]["problems"] == 2
+
+
+def _timeless(search):
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in search["rows"]]
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -253,8 +286,11 @@ def test_demo_scoring_prints_progress_lines_off_a_terminal(base, tmp_path, capsy
     # the default ORM is a class head on the PRM's frozen body: read in the PRM's passes
     name = "PRM and the ORM (one pass)"
     lines = [l for l in err.splitlines() if f"demo: scoring with the {name}:" in l]
-    # 4 x 4 test candidates and 2 search problems x 8 samples (4 x the largest width, 2)
-    assert lines and lines[-1].split(f"{name}: ")[1].startswith("32/32 rec"), lines
+    # 4 x 4 test candidates; then the search stage's 2 problems x 8 samples (4 x the largest
+    # width, 2), by the PRM alone
+    assert lines and lines[-1].split(f"{name}: ")[1].startswith("16/16 rec"), lines
+    search = [l for l in err.splitlines() if "demo: scoring with the PRM (search samples):" in l]
+    assert search and search[-1].split("samples): ")[1].startswith("16/16 rec"), search
 
 
 def test_demo_without_the_calculator(base, tmp_path, capsys):

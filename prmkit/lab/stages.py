@@ -8,7 +8,7 @@ import os
 import shutil
 import time
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.records import Record, read_records, write_records
@@ -29,11 +29,14 @@ class Printer:
         self.t = now
 
 
-def prepare(out: str, config: Any, version: int, own: tuple[str, ...] = ()) -> None:
+def prepare(out: str, config: Any, version: int, own: tuple[str, ...] = (),
+            free: tuple[str, ...] = ()) -> None:
     """Reuse ``out`` when it holds a run with the same settings, else start it afresh. The
-    settings named in ``own`` belong to a stage that checks them itself."""
+    settings named in ``own`` belong to a stage that checks them itself; those in ``free`` are
+    read only where no stage's file depends on them (the summary written at every run)."""
     settings = os.path.join(out, "settings.json")
-    wanted = {**{k: v for k, v in asdict(config).items() if k != "output" and k not in own},
+    skip = {"output", *own, *free}
+    wanted = {**{k: v for k, v in asdict(config).items() if k not in skip},
               "stages_version": version}
     if os.path.isdir(out):
         if not os.path.isfile(settings):
@@ -62,6 +65,21 @@ def same_settings(path: str, wanted: dict[str, Any]) -> bool:
             return json.load(f) == wanted
     except (OSError, ValueError):
         return False
+
+
+def own_settings(path: str, wanted: dict[str, Any], made: Sequence[str]) -> None:
+    """For a stage with settings of its own: when ``path`` does not hold exactly ``wanted``,
+    remove what the stage made (the files and folders ``made``) and write ``wanted`` there."""
+    if same_settings(path, wanted):
+        return
+    for p in made:
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+        elif os.path.exists(p):
+            os.unlink(p)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(wanted, f, indent=2)
 
 
 def stage(out: str, name: str, make: Callable[[], list[Record]]) -> list[Record]:

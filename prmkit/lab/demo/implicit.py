@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Any, Sequence
 
-from prmkit.lab.stages import same_settings, stage
+from prmkit.lab.stages import own_settings, stage
 from prmkit.lab.demo.summary import PRM_METHODS, step_auc
 from prmkit.records import Record
 
@@ -29,22 +28,10 @@ def implicit_stage(config: Any, train_data: str, test: Sequence[Record], out: st
     if not config.implicit:
         return None
     folder = os.path.join(out, "implicit")
-    _reset_if_changed(config, folder, os.path.join(out, SCORED))
+    own_settings(os.path.join(folder, "settings.json"), {k: getattr(config, k) for k in FIELDS},
+                 [folder, os.path.join(out, SCORED)])
     _train(config, train_data, folder)
     return stage(out, SCORED, lambda: _score(os.path.join(folder, "last"), test, dtype))
-
-
-def _reset_if_changed(config: Any, folder: str, scored: str) -> None:
-    """Start this stage afresh when its settings differ from those its files were made with."""
-    path = os.path.join(folder, "settings.json")
-    wanted = {k: getattr(config, k) for k in FIELDS}
-    if not same_settings(path, wanted):
-        shutil.rmtree(folder, ignore_errors=True)
-        if os.path.exists(scored):
-            os.unlink(scored)
-        os.makedirs(folder, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(wanted, f, indent=2)
 
 
 def _train(config: Any, train_data: str, folder: str) -> None:

@@ -19,7 +19,9 @@ calculator's notes on wrong equations (``--no-calculator`` leaves them out).
    the PRM; the summary table is printed last.
 
 Every number is measured by the run. The stages write into ``--output``; a rerun with the same
-settings reuses every finished stage, so a killed demo continues where it stopped.
+settings reuses every finished stage, so a killed demo continues where it stopped. The search
+stage's settings (:data:`prmkit.lab.demo.search.FIELDS`) and ``--implicit``'s are their stages'
+own: changing them redoes that stage alone. ``--margin`` is read by the summary only.
 """
 
 from __future__ import annotations
@@ -30,23 +32,23 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from typing import Any
 
 from prmkit.errors import PrmkitError
 from prmkit.lab.demo import implicit as implicitstage
 from prmkit.lab.demo import summary
 from prmkit.lab.demo.scoring import score_test
-from prmkit.lab.demo.search import search_problems, search_stage
+from prmkit.lab.demo import search as searchstage
 from prmkit.lab.world.problems import LabConfig
-from prmkit.lab.stages import Lazy, Printer, prepare, stage, stage_json
+from prmkit.lab.stages import Lazy, Printer, prepare, stage
 from prmkit.models.reading import fast_dtype
-from prmkit.records import Record, read_records
+from prmkit.records import Record
 from prmkit.train.common import HEADS
 
 # Stored with the settings: a folder written by another version of the stages starts again
 # rather than reusing files the current code would not make. Raise it when a stage's output
 # changes.
-STAGES_VERSION = 10
+STAGES_VERSION = 11
 ORM_RECIPES = ("class", "prm", "own")
 
 
@@ -179,7 +181,8 @@ class DemoConfig:
 def run(config: DemoConfig) -> int:
     t0 = time.time()
     out = config.output
-    prepare(out, config, STAGES_VERSION, own=implicitstage.FIELDS)
+    prepare(out, config, STAGES_VERSION, own=implicitstage.FIELDS + searchstage.FIELDS,
+            free=("margin",))
     say = Printer()
     say(f"prmkit demo: the lab world, seed {config.seed}; files in {out}/")
     world = _world(config, out, say)
@@ -201,8 +204,8 @@ def run(config: DemoConfig) -> int:
     dtype = config.score_dtype if config.score_dtype != "auto" else (
         "bfloat16" if config.calculator and fast_dtype() == "bfloat16" else "float32")
     prm = Lazy(lambda: _load(prm_dir, dtype))     # loaded once, for scoring and for search
-    scored = stage(out, "test_scored.jsonl", lambda: score_test(world, prm(), _load(orm_dir, dtype),
-                                                             out))
+    scored = stage(out, "test_scored.jsonl", lambda: score_test(world, prm(),
+                                                             _load(orm_dir, dtype)))
     bon = summary.bestofn_stage(config, scored, say)
     implicit = implicitstage.implicit_stage(config, os.path.join(out, "train_candidates.jsonl"),
                                             world.test, out, dtype)
@@ -210,10 +213,10 @@ def run(config: DemoConfig) -> int:
         config, implicit, world.gold, bon.curve["n"])
     if figures is not None:
         say.stage(4, "; ".join(f"{k}: {v}" for k, v in summary.implicit_rows(figures)))
-    search = stage_json(out, "search.json", lambda: search_stage(
-        config, world, prm(), read_records(os.path.join(out, "search_scored.jsonl"))))
+    search = searchstage.search_stage(config, world, prm, out)
     say.stage(5, f"search on {search['problems']} problems of {search['operations'][0]}-"
-                 f"{search['operations'][1]} operations: " + "; ".join(
+                 f"{search['operations'][1]} operations, {searchstage.pool(config)} samples each "
+                 f"(accuracy {summary.pct(search['sample_accuracy'])}): " + "; ".join(
         f"{row['method']} n={row['n']} {row['accuracy']:.1f}% at {row['tokens']:.0f} tokens"
         for row in search["rows"]))
     result = summary.Results(config, scored, bon, labels, search, world.gold, figures)
@@ -229,8 +232,6 @@ class World:
     test: list[Record]
     test_problems: list[Record]
     gold: dict[str, Record]
-    search_problems: list[Record]   # the search stage's own, harder problems
-    more: list[Record]              # best-of-4B's samples of the search problems
     policy: Any
     prompter: Any
     policy_name: str
@@ -239,6 +240,7 @@ class World:
 def _world(config: DemoConfig, out: str, say: "Printer") -> World:
     """1. problems and candidates."""
     from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
+    from prmkit.lab.world.policy import candidates_of
 
     policy_name = f"lab:{config.slip}:{config.confuse}"
     policy, prompter = load_lab_policy(policy_name)
@@ -250,17 +252,11 @@ def _world(config: DemoConfig, out: str, say: "Printer") -> World:
     test = stage(out, "test_candidates.jsonl", lambda: candidates_of(
         test_p, config.n, policy, prompter, policy_name, config.seed + 1))
     gold = {r.id: gold_record(r) for r in train + test}
-    search_p = search_problems(config)
-    more = stage(out, "search_candidates.jsonl", lambda: candidates_of(   # best-of-4B's
-        search_p, 4 * max(config.beam_n), policy, prompter, policy_name, config.seed + 2))
     say.stage(1, f"{len(train_p)} training problems x {config.train_n} candidates, "
                  f"{len(test_p)} test problems x {config.n}; {config.min_steps}-{config.max_steps} "
                  f"operations, policy {policy_name}: candidate accuracy "
-                 f"{summary.pct(100 * summary.mean(r.is_correct for r in train + test))}; "
-                 f"{len(search_p)} search problems of {config.search_min_steps}-"
-                 f"{config.search_max_steps} operations x {4 * max(config.beam_n)} samples, "
-                 f"accuracy {summary.pct(100 * summary.mean(r.is_correct for r in more))}")
-    return World(train, test, test_p, gold, search_p, more, policy, prompter, policy_name)
+                 f"{summary.pct(100 * summary.mean(r.is_correct for r in train + test))}")
+    return World(train, test, test_p, gold, policy, prompter, policy_name)
 
 
 def _labels(config: DemoConfig, out: str, world: World, say: "Printer") -> "summary.Labels":
@@ -290,17 +286,6 @@ def _labels(config: DemoConfig, out: str, world: World, say: "Printer") -> "summ
 
 # ---------------------------------------------------------------------------------------------
 # stages
-
-
-def candidates_of(problems: Sequence[Record], n: int, policy: Any, prompter: Any, name: str,
-                seed: int) -> list[Record]:
-    from prmkit.generate.run import Problem, candidate_record
-    from prmkit.generate.stepwise import solve
-
-    sols = solve(policy, prompter, [p.problem for p in problems], n=n, seed=seed)
-    meta = {"policy": name, "seed": seed}
-    return [candidate_record(Problem(p.id, p.problem, p.reference), k, s, prompter.rule, meta)
-            for p, row in zip(problems, sols) for k, s in enumerate(row)]
 
 
 def _train(config: DemoConfig, kind: str, data: str, output: str, say: Printer) -> None:

@@ -1,35 +1,30 @@
 """Stage 4 of the lab demo (:mod:`prmkit.lab.demo.run`): the test candidates scored by the PRM and
-the ORM, and best-of-4B's samples of the search problems by the PRM, each problem's candidates
-read as one tree of shared prefixes (:mod:`prmkit.models.sharing.prefix`)."""
+the ORM, each problem's candidates read as one tree of shared prefixes
+(:mod:`prmkit.models.sharing.prefix`); the search stage scores its samples the same way."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
-from prmkit.records import Record, write_records
+from prmkit.records import Record
 
 
-def score_test(world: Any, prm: Any, orm: Any, out: str) -> list[Record]:
-    """4. the test candidates' step scores by the PRM and the ORM. Best-of-4B's samples of the
-    search problems are read in the same passes (one tree per problem) and written to
-    ``search_scored.jsonl`` before this stage's own file. An ORM that is a class head on the PRM's
-    frozen body is read in the PRM's passes (:mod:`prmkit.lab.verifiers.companion`); another on its own."""
+def score_test(world: Any, prm: Any, orm: Any) -> list[Record]:
+    """4. the test candidates' step scores by the PRM and the ORM. An ORM that is a class head on
+    the PRM's frozen body is read in the PRM's passes (:mod:`prmkit.lab.verifiers.companion`);
+    another on its own."""
     from prmkit.lab.verifiers.companion import companion_blocker
 
     by_group: dict[str, list[Record]] = {}
-    for r in world.test + world.more:
+    for r in world.test:
         by_group.setdefault(r.group, []).append(r)
-    both = [r for rs in by_group.values() for r in rs]
+    test = [r for rs in by_group.values() for r in rs]
     if companion_blocker(prm, orm) is None:
-        mine, theirs = score_with(prm, both, "PRM and the ORM (one pass)", also=orm)
-        orm_steps = dict(zip((r.id for r in both), theirs))
+        mine, theirs = score_with(prm, test, "PRM and the ORM (one pass)", also=orm)
     else:
-        mine = score_with(prm, both, "PRM")[0]
-        orm_steps = dict(zip((r.id for r in world.test), score_with(orm, world.test, "ORM")[0]))
-    scores = dict(zip((r.id for r in both), mine))
-    write_records(os.path.join(out, "search_scored.jsonl"),
-                  [Record(**{**r.to_dict(), "step_scores": scores[r.id]}) for r in world.more])
+        mine, theirs = score_with(prm, test, "PRM")[0], score_with(orm, test, "ORM")[0]
+    scores = dict(zip((r.id for r in test), mine))
+    orm_steps = dict(zip((r.id for r in test), theirs))
     scored = []
     for r in world.test:
         g, o = world.gold[r.id], orm_steps[r.id]     # the ORM's last step is the outcome score

@@ -21,16 +21,32 @@ The protocol, fixed before any run of it (docs/lab.md, "The beam-search claim"):
   first width in Holm's order. Each width is also a claim of its own,
   ``beam_b{B}_matches_best_of_{4B}``. Every claim's ``ci95`` is its 95% interval; Holm's level
   and the interval at it (``holm_level``, ``ci_holm``), which decide, are written beside.
+
+The stage's settings (:data:`FIELDS`) are its own, kept in ``search_settings.json``: changing
+them redoes the search problems, their samples, their scores and the beam searches, and no
+stage before them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import os
+from typing import Any, Callable, Sequence
 
+from prmkit.lab.demo.scoring import score_with
+from prmkit.lab.stages import own_settings, stage, stage_json
 from prmkit.lab.stats import Claim, paired_holm
+from prmkit.lab.world.policy import candidates_of
 from prmkit.records import Record
 
 SEARCH_SEED_OFFSET = 2000
+# The DemoConfig fields that only this stage reads: they are not part of the demo's own settings.
+FIELDS = ("search_problems", "search_min_steps", "search_max_steps", "beam_n", "beam_m")
+MADE = ("search_candidates.jsonl", "search_scored.jsonl", "search.json")
+
+
+def pool(config: Any) -> int:
+    """Best-of-4B's samples per search problem: 4 x the largest width."""
+    return 4 * max(config.beam_n)
 
 
 def search_problems(config: Any) -> list[Record]:
@@ -42,16 +58,30 @@ def search_problems(config: Any) -> list[Record]:
                                    seed=config.seed + SEARCH_SEED_OFFSET))
 
 
-def search_stage(config: Any, world: Any, prm: Any, scored_samples: Sequence[Record],
-                 ) -> dict[str, Any]:
-    """5. beam search at every width, and best-of-4B on the scored search samples."""
+def search_stage(config: Any, world: Any, prm: Callable[[], Any], out: str) -> dict[str, Any]:
+    """5. the search problems, best-of-4B's samples of them (scored by the PRM, each problem's
+    samples read as one tree of shared prefixes), and beam search at every width; each part
+    reused when finished. ``prm`` gives the PRM when called."""
+    own_settings(os.path.join(out, "search_settings.json"),
+                 {k: getattr(config, k) for k in FIELDS}, [os.path.join(out, m) for m in MADE])
+    problems = search_problems(config)
+    samples = stage(out, MADE[0], lambda: candidates_of(
+        problems, pool(config), world.policy, world.prompter, world.policy_name, config.seed + 2))
+    scored = stage(out, MADE[1], lambda: [
+        Record(**{**r.to_dict(), "step_scores": s})
+        for r, s in zip(samples, score_with(prm(), samples, "PRM (search samples)")[0])])
+    return stage_json(out, MADE[2], lambda: _search(config, world, problems, prm(), scored))
+
+
+def _search(config: Any, world: Any, problems: Sequence[Record], prm: Any,
+            scored_samples: Sequence[Record]) -> dict[str, Any]:
+    """Beam search at every width, and best-of-4B on the scored search samples."""
     from prmkit.evaluate.paired import per_problem_accuracy
     from prmkit.generate.run import Problem
     from prmkit.search.beam import BeamConfig, beam_search
 
-    chosen = [Problem(p.id, p.problem, p.reference) for p in world.search_problems]
-    pool = 4 * max(config.beam_n)
-    tokens = sum(int(r.meta.get("completion_tokens", 0)) for r in scored_samples) / pool
+    chosen = [Problem(p.id, p.problem, p.reference) for p in problems]
+    tokens = sum(int(r.meta.get("completion_tokens", 0)) for r in scored_samples) / pool(config)
     rows = []
     for b in config.beam_n:
         result = beam_search(chosen, world.policy, world.prompter, prm,
@@ -62,12 +92,14 @@ def search_stage(config: Any, world: Any, prm: Any, scored_samples: Sequence[Rec
         rows.append({"method": "best-of-n", "n": 4 * b, "problems": len(acc),
                      "accuracy": 100.0 * sum(acc.values()) / max(1, len(acc)),
                      "tokens": tokens * 4 * b / max(1, len(acc)), "prm_tokens": None,
-                     "source": f"{4 * b} of {pool} samples per search problem (seed "
+                     "source": f"{4 * b} of {pool(config)} samples per search problem (seed "
                                f"{config.seed + 2}; the mean over 200 draws when fewer)",
                      "per_problem": acc})
+    right = sum(bool(r.is_correct) for r in scored_samples)
     return {"policy": world.policy_name, "prm": "the demo's PRM (prm/last)",
             "problems": len(chosen), "operations": [config.search_min_steps,
                                                     config.search_max_steps],
+            "sample_accuracy": 100.0 * right / max(1, len(scored_samples)),
             "rows": rows}
 
 

@@ -25,7 +25,7 @@ import random
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Sequence
+from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.generate.base import Completion, check_sampling, check_stop, sample_seed
@@ -178,3 +178,16 @@ def slip(rng: random.Random, y):
         wrong = y + rng.choice((-10, -2, -1, 1, 2, 10))
         if wrong != y and (wrong > 0 or y <= -10):   # y <= -10: no positive value is near
             return wrong
+
+
+def candidates_of(problems: Sequence[Any], n: int, policy: Any, prompter: Any, name: str,
+                  seed: int) -> list[Any]:
+    """``n`` graded candidate records of each lab problem record, sampled by ``policy`` (named
+    ``name`` in their meta) from ``seed``, one step per line."""
+    from prmkit.generate.run import Problem as Asked, candidate_record
+    from prmkit.generate.stepwise import solve
+
+    sols = solve(policy, prompter, [p.problem for p in problems], n=n, seed=seed)
+    meta = {"policy": name, "seed": seed}
+    return [candidate_record(Asked(p.id, p.problem, p.reference), k, s, prompter.rule, meta)
+            for p, row in zip(problems, sols) for k, s in enumerate(row)]
