@@ -85,20 +85,6 @@ class LoopConfig:
 
 
 @dataclass
-class LoopHooks:
-    """What a caller may set beyond :class:`LoopConfig` (:mod:`prmkit.train.trainer` sets them
-    from ``TrainingArguments``): the ``batches`` (lists of example indices), the LR
-    ``scheduler(optimizer, total_steps)``, more ``adam`` arguments, ``on_step(info) -> stop``
-    after every optimiser step, and ``checkpoints=False`` to keep nothing on disk."""
-
-    batches: list[list[int]] | None = None
-    scheduler: Callable[[Any, int], Any] | None = None
-    adam: dict[str, Any] = field(default_factory=dict)
-    on_step: Callable[[dict[str, Any]], bool] | None = None
-    checkpoints: bool = True
-
-
-@dataclass
 class Example:
     """One training sequence: ids, where to read, and the target at each read position. With
     ``rejected`` set, a Bradley-Terry pair (this one chosen) that shares a batch."""
@@ -226,8 +212,7 @@ class Loop:
     def __init__(self, model: Any, objective: Callable[[list[Example], Any, Any], Any],
                  examples: Sequence[Example], cfg: LoopConfig, output: str, fitness: str,
                  evaluate: Callable[[Any], dict[str, float]],
-                 save: Callable[[Any, str, dict[str, Any]], None], autocast_bf16: bool = False,
-                 hooks: LoopHooks | None = None):
+                 save: Callable[[Any, str, dict[str, Any]], None], autocast_bf16: bool = False):
         import torch
         from accelerate import Accelerator
 
@@ -236,21 +221,20 @@ class Loop:
         self.torch, self.cfg, self.output = torch, cfg, output
         self.objective, self.examples = objective, examples
         self.fitness, self.evaluate, self.save = fitness, evaluate, save
-        self.autocast_bf16, self.hooks = autocast_bf16, hooks or LoopHooks()
+        self.autocast_bf16 = autocast_bf16
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
         # a pair counts twice against the budget: both of its sequences are in the batch
-        self.batches = self.hooks.batches or training_batches(
+        self.batches = training_batches(
             [len(e) * (2 if e.rejected else 1) for e in examples], cfg.batch_tokens, cfg.seed)
         # one optimiser step takes grad_accum batches on each process
         self.per_step = cfg.grad_accum * self.acc.num_processes
         self.steps_per_epoch = max(1, math.ceil(len(self.batches) / self.per_step))
         self.total_steps = cfg.max_steps or cfg.epochs * self.steps_per_epoch
         opt = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr,
-                                weight_decay=cfg.weight_decay, **self.hooks.adam)
+                                weight_decay=cfg.weight_decay)
         warm = max(1, int(cfg.warmup * self.total_steps))
-        sched = self.hooks.scheduler(opt, self.total_steps) if self.hooks.scheduler else \
-            torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(
-                0.0, (self.total_steps - s) / max(1, self.total_steps - warm))))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(
+            0.0, (self.total_steps - s) / max(1, self.total_steps - warm))))
         self.model, self.opt = self.acc.prepare(model, opt)
         self.sched = sched
         self.step, self.best, self.best_step, self.running = 0, None, None, None
@@ -306,11 +290,6 @@ class Loop:
         :mod:`prmkit.train.checkpoint`: a kill at any moment leaves a recoverable state."""
         from safetensors.torch import save_file
 
-        if not self.hooks.checkpoints:   # the history alone, nothing on disk
-            if self.best is None or metrics[self.fitness] > self.best:
-                self.best, self.best_step = metrics[self.fitness], self.step
-            self.history.append(metrics)
-            return
         model = self.acc.unwrap_model(self.model)
         tmp = self.last_dir + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -368,8 +347,8 @@ class Loop:
             ckpt.write_json(os.path.join(self.output, "untrained.json"), out)
             print("untrained: " + "  ".join(f"{k}={v}" for k, v in out.items()), file=sys.stderr)
 
-    def _optimiser_step(self, rank: int, world: int) -> tuple[float, dict[str, Any]]:
-        """One optimiser step; returns (the loss, what ``hooks.on_step`` is told)."""
+    def _optimiser_step(self, rank: int, world: int) -> float:
+        """One optimiser step; returns its loss."""
         torch, cfg = self.torch, self.cfg
         epoch, k = divmod(self.step, self.steps_per_epoch)
         order = list(range(len(self.batches)))
@@ -388,15 +367,12 @@ class Loop:
             total += float(loss.detach())
         if world > 1:  # the loss shown is the mean over processes
             total = float(self.acc.reduce(torch.tensor(total, device=self.acc.device), "mean"))
-        norm = self.acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-        lr = self.sched.get_last_lr()[0]
+        self.acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         self.opt.step()
         self.sched.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
-        return total, {"step": self.step, "epoch": self.step / self.steps_per_epoch,
-                       "loss": total, "learning_rate": lr, "grad_norm": float(norm),
-                       "sequences": sum(len(self.batches[b]) for b in micro)}
+        return total
 
     def run(self) -> list[dict[str, Any]]:
         from prmkit.progress import progress as tqdm
@@ -421,16 +397,14 @@ class Loop:
             self.acc.wait_for_everyone()
         bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit="step",
                    disable=None if self.acc.is_main_process else True)
-        stop = False
-        while self.step < self.total_steps and not stop:
+        while self.step < self.total_steps:
             epoch = self.step // self.steps_per_epoch
-            total, info = self._optimiser_step(rank, world)
+            total = self._optimiser_step(rank, world)
             self.running = total if self.running is None else 0.9 * self.running + 0.1 * total
             bar.update(1)
             bar.set_postfix(loss=f"{self.running:.4f}", epoch=epoch + 1)
-            stop = bool(self.hooks.on_step and self.hooks.on_step(info))
             every = cfg.eval_every or self.steps_per_epoch  # default: each epoch's end
-            if self.step % every == 0 or self.step == self.total_steps or stop:
+            if self.step % every == 0 or self.step == self.total_steps:
                 self.acc.wait_for_everyone()
                 if self.acc.is_main_process:
                     self.model.eval()

@@ -132,13 +132,11 @@ def tokenized_row(row: dict[str, Any], i: int, what: str) -> tuple[list[int], li
     return list(ids), reads, [int(labels[p]) for p in reads]
 
 
-def examples_of(dataset: Iterable[dict[str, Any]] | Any, bound: BoundFormat, cuts: Cuts,
-                is_eval: bool, what: str) -> tuple[list[Example], int]:
-    """Every row of ``dataset`` as an :class:`Example`; returns (examples, rows left with no
-    trained step after the cuts, which are dropped as TRL's loss ignores them)."""
-    tokenized = check_columns(dataset, what)
+def _encode_part(dataset: Iterable[dict[str, Any]], start: int, bound: BoundFormat, cuts: Cuts,
+                 is_eval: bool, what: str, tokenized: bool) -> tuple[list[Example], int]:
+    """The examples of rows ``start, start + 1, ...`` and how many had no trained step."""
     out, empty = [], 0
-    for i, row in enumerate(dataset):
+    for i, row in enumerate(dataset, start):
         if tokenized:
             ids, reads, ys = tokenized_row(row, i, what)
         else:
@@ -149,6 +147,31 @@ def examples_of(dataset: Iterable[dict[str, Any]] | Any, bound: BoundFormat, cut
             continue
         # nothing after the last read position changes a read (causal models)
         out.append(Example(ids[:reads[-1] + 1], reads, [float(y) for y in ys]))
+    return out, empty
+
+
+def examples_of(dataset: Iterable[dict[str, Any]] | Any, bound: BoundFormat, cuts: Cuts,
+                is_eval: bool, what: str, num_proc: int | None = None) -> tuple[list[Example], int]:
+    """Every row of ``dataset`` as an :class:`Example`; returns (examples, rows left with no
+    trained step after the cuts, which are dropped as TRL's loss ignores them). With
+    ``num_proc`` above 1 (``PRMConfig.dataset_num_proc``), the rows are tokenised in that many
+    processes, in contiguous parts, and joined in order."""
+    tokenized = check_columns(dataset, what)
+    if num_proc is not None and num_proc > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        rows = list(dataset)
+        size = -(-len(rows) // num_proc) or 1
+        starts = list(range(0, len(rows), size))
+        with ProcessPoolExecutor(len(starts) or 1,
+                                 mp_context=multiprocessing.get_context("fork")) as pool:
+            parts = list(pool.map(_encode_part, [rows[s:s + size] for s in starts], starts,
+                                  *[[x] * len(starts) for x in (bound, cuts, is_eval, what,
+                                                                tokenized)]))
+    else:
+        parts = [_encode_part(dataset, 0, bound, cuts, is_eval, what, tokenized)]
+    out = [e for part, _ in parts for e in part]
     if not out:
         raise PrmkitError(f"{what}: no row has a labelled step that fits in max_length")
-    return out, empty
+    return out, sum(empty for _, empty in parts)
