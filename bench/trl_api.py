@@ -85,7 +85,8 @@ def freeze(model, last_k: int):
 
 
 def setup(args):
-    """(tokenizer, the start model, train rows, dev rows, the train rows' tokens)."""
+    """(tokenizer, the start model, train rows, dev rows, the train rows' tokens). The rows are
+    sampled once, by the driver, into ``OUTPUT/rows.json``; each run reads them there."""
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     from prmkit.models.pypi import resolve
@@ -95,11 +96,19 @@ def setup(args):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     bound = trl_format().bind(tokenizer)
-    train = rows_of(sample(os.path.join(args.data, PRM800K.format("train_plus")),
-                           args.steps * args.batch_size, args.seed, bound, args.max_length,
-                           every_step=True))
-    dev = rows_of(sample(os.path.join(args.data, PRM800K.format("test")), args.n_dev, args.seed,
-                         bound, args.max_length, every_step=True))
+    saved = os.path.join(args.output, "rows.json")
+    if args.side:
+        with open(saved, encoding="utf-8") as f:
+            train, dev = json.load(f)
+    else:
+        train = rows_of(sample(os.path.join(args.data, PRM800K.format("train_plus")),
+                               args.steps * args.batch_size, args.seed, bound, args.max_length,
+                               every_step=True))
+        dev = rows_of(sample(os.path.join(args.data, PRM800K.format("test")), args.n_dev,
+                             args.seed, bound, args.max_length, every_step=True))
+        os.makedirs(args.output, exist_ok=True)
+        with open(saved, "w", encoding="utf-8") as f:
+            json.dump([train, dev], f)
     tokens = sum(len(encode_row(bound, r["prompt"], r["completions"], [int(y) for y in r["labels"]],
                                 Cuts(args.max_length), False)[0]) for r in train)
     torch.manual_seed(args.seed)
@@ -164,10 +173,10 @@ def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=DEFAULT_DATA)
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--n-dev", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--last-k", type=int, default=2, help="layers trained (-1: all)")
     ap.add_argument("--max-length", type=int, default=512)
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))

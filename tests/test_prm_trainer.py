@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 from itertools import chain
 
 import pytest
@@ -120,9 +121,17 @@ def test_batches_hold_every_sequence_once_in_as_many_batches_as_a_data_loader():
     for size in (1, 3, 4, 8, 40):
         batches = sized_batches(lengths, size, seed=1)
         assert sorted(i for b in batches for i in b) == list(range(103))
-        assert len(batches) == math.ceil(103 / size) if 32 % size == 0 or size > 32 else True
-        assert all(len(b) <= size for b in batches)
+        assert len(batches) == math.ceil(103 / size)
+        assert all(len(b) == size for b in batches[:-1]) and len(batches[-1]) <= size
         assert all(lengths[b[0]] <= lengths[b[-1]] for b in batches)
+    # like length: far less padding than batches in a random order
+    batches = sized_batches(lengths, 8, seed=1)
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    shuffled = list(range(103))
+    random.Random(1).shuffle(shuffled)
+    plain = sum(len(shuffled[j:j + 8]) * max(lengths[i] for i in shuffled[j:j + 8])
+                for j in range(0, 103, 8))
+    assert padded < 0.7 * plain
 
 
 def test_a_training_batch_holds_trls_ids_and_its_loss_is_the_step_cross_entropy(tmp_path):

@@ -108,7 +108,8 @@ def test_save_total_limit_and_the_best_model_at_end(tmp_path):
 
     kw = dict(eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2,
               save_total_limit=1, load_best_model_at_end=True, metric_for_best_model="eval_loss",
-              greater_is_better=False, learning_rate=3e-2, max_steps=8)
+              greater_is_better=False, learning_rate=3e-2, max_steps=8,
+              train_sampling_strategy="sequential")   # the same batches on both sides
     t = ours(tmp_path / "a", eval_rows=rows(6, seed=1), **kw)
     t.train()
     ref = plain(tmp_path / "b", t, **kw)
@@ -210,6 +211,12 @@ def test_a_torn_checkpoint_is_never_resumed_from(tmp_path):
         ours(tmp_path / "a", **KILL).train(resume_from_checkpoint=str(torn))
     with pytest.raises(PrmkitError, match="holds no whole checkpoint"):
         ours(tmp_path / "new", **KILL).train(resume_from_checkpoint=True)
+    # a whole checkpoint that lost a file since (a deletion cut short) is whole no more
+    (tmp_path / "a" / "checkpoint-6" / "optimizer.pt").unlink()
+    assert trlcheckpoint.last_committed(str(tmp_path / "a")) is None
+    with pytest.raises(PrmkitError, match="not a whole checkpoint"):
+        ours(tmp_path / "a", **KILL).train(resume_from_checkpoint=str(tmp_path / "a" /
+                                                                      "checkpoint-6"))
 
 
 SCRIPT = textwrap.dedent('''

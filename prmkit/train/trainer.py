@@ -34,23 +34,31 @@ from prmkit.models import folder as modeldir
 from prmkit.models.folder import resolve_model_path
 from prmkit.train import trlcheckpoint
 from prmkit.train.common import auc, pad_id
-from prmkit.train.loop import BUCKET, Example, LoopConfig, set_trainable
+from prmkit.train.loop import Example, LoopConfig, set_trainable
 from prmkit.train.stepwise import Cuts, examples_of, trl_format
 from prmkit.train.trlconfig import PRMConfig
 
 
+# rows sorted by length together, in batches: transformers' LengthGroupedSampler's megabatch
+MEGABATCH = 50
+
+
 def sized_batches(lengths: Sequence[int], size: int, seed: int) -> list[list[int]]:
-    """Batches of ``size`` sequences (only the last may be smaller): a seeded shuffle cut into
-    chunks of a multiple of ``size``, each sorted by length, so a batch holds sequences of like
-    length and there are ceil(n / size) batches, as a data loader has."""
+    """Batches of ``size`` sequences (only the last may be smaller) of like length: a seeded
+    shuffle cut into chunks of ``MEGABATCH`` batches, each chunk sorted by length and cut into
+    batches, then the full batches in a seeded order; ceil(n / size) batches, as a data loader
+    has."""
     order = list(range(len(lengths)))
-    random.Random(seed).shuffle(order)
-    chunk = size * max(1, BUCKET // size)
+    rng = random.Random(seed)
+    rng.shuffle(order)
+    chunk = size * MEGABATCH
     out: list[list[int]] = []
     for start in range(0, len(order), chunk):
         part = sorted(order[start:start + chunk], key=lambda i: lengths[i])
         out += [part[j:j + size] for j in range(0, len(part), size)]
-    return out
+    full = [b for b in out if len(b) == size]
+    rng.shuffle(full)
+    return full + [b for b in out if len(b) < size]
 
 
 class LikeLengthSampler:

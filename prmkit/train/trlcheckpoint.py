@@ -6,7 +6,9 @@ oldest ones beyond ``save_total_limit``. A ``kill -9`` in the middle leaves a fo
 name of a checkpoint and only part of one, and ``resume_from_checkpoint=True`` would take it.
 
 Here a checkpoint is committed by one more file written after everything else,
-``prmkit_checkpoint.json`` (``{"step": N}``, written to a temporary name and renamed):
+``prmkit_checkpoint.json`` (the step, and every file of the folder with its size; written to a
+temporary name and renamed). A folder is whole when it holds the mark and every file the mark
+lists at its size, so one that lost files later (a deletion cut short) is not whole either:
 
 * ``resume_from_checkpoint=True`` takes the newest committed checkpoint (:func:`last_committed`);
   a folder without the mark (a torn write) is never resumed from;
@@ -34,21 +36,32 @@ _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 
 def commit(folder: str, step: int) -> None:
-    """Mark ``folder`` as a whole checkpoint of ``step`` (the last write of a checkpoint)."""
+    """Mark ``folder`` as a whole checkpoint of ``step`` (the last write of a checkpoint): the
+    mark lists every file with its size, so a folder that lost a file since is no longer whole."""
+    files = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            if name != MARK:
+                files[os.path.relpath(path, folder)] = os.path.getsize(path)
     path = os.path.join(folder, MARK)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"step": step}, f)
+        json.dump({"step": step, "files": files}, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
 def committed(folder: str) -> bool:
+    """Whether ``folder`` holds its mark and every file the mark lists, at its size."""
     try:
         with open(os.path.join(folder, MARK), encoding="utf-8") as f:
-            return isinstance(json.load(f).get("step"), int)
-    except (OSError, ValueError, AttributeError):
+            mark = json.load(f)
+        files = mark["files"]
+        return isinstance(mark.get("step"), int) and all(
+            os.path.getsize(os.path.join(folder, name)) == size for name, size in files.items())
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return False
 
 
@@ -82,9 +95,9 @@ def check_resumable(folder: str) -> None:
     if committed(folder):
         return
     if os.path.exists(os.path.join(folder, MARK)) or not _readable_state(folder):
-        raise PrmkitError(f"resume_from_checkpoint={folder!r}: not a whole checkpoint (a run was "
-                          f"stopped while writing it); resume_from_checkpoint=True takes the "
-                          f"newest whole one")
+        raise PrmkitError(f"resume_from_checkpoint={folder!r}: not a whole checkpoint (a run "
+                          f"stopped while writing it, or a file of it is gone); "
+                          f"resume_from_checkpoint=True takes the newest whole one")
 
 
 def rotate(run_dir: str, limit: int | None, best: str | None) -> None:
