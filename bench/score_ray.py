@@ -3,7 +3,7 @@ throughput of 1, 2 and 4 local workers against one process without Ray.
 
 Data: the lab demo's test candidates, ``--per`` per problem (``prmkit.lab``: ``make_problems``
 with the demo's test seed 1000 and 2-5 operations, ``load_lab_policy("lab:0.1:0.6")``,
-``prmkit.lab.world.policy.candidates_of``), grouped by problem, so every worker gets whole groups and
+``prmkit.world.policy.candidates_of``), grouped by problem, so every worker gets whole groups and
 shares their prefixes. Model: the default PRM (SmolLM2-135M-Instruct, prmkit format), float32.
 
 Each run is ``prmkit.scoring.score_records`` as ``prmkit score`` calls it, into a fresh output
@@ -34,7 +34,7 @@ def load() -> str:
 
 def lab_candidates(problems: int, per: int):
     from prmkit.lab import LabConfig, load_lab_policy, make_problems
-    from prmkit.lab.world.policy import candidates_of
+    from prmkit.world.policy import candidates_of
 
     policy, prompter = load_lab_policy("lab:0.1:0.6")
     ps = make_problems(LabConfig(n=problems, seed=1000, min_steps=2, max_steps=5))

@@ -22,6 +22,11 @@ class TableRow(int):
         return int(self) - 1
 
 
+class ListElement(TableRow):
+    """An element of a file that holds one JSON list, where a line number would go: counted
+    from 1 like a line, named ``record N`` counting from 0, as ``data[N]``."""
+
+
 class RecordError(PrmkitError):
     """A bad input record. The message names the file, the line and the field."""
 
@@ -34,7 +39,9 @@ class RecordError(PrmkitError):
         where = ""
         if self.path is not None:
             where = f"{self.path}:{self.line}: " if self.line is not None else f"{self.path}: "
-            if isinstance(self.line, TableRow):
+            if isinstance(self.line, ListElement):
+                where = f"{self.path}: record {self.line.row}: "
+            elif isinstance(self.line, TableRow):
                 where = f"{self.path}: row {self.line.row}: "
         elif self.line is not None:
             where = f"line {self.line}: "

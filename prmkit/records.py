@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable, Iterator
 
-from prmkit.errors import PrmkitError, RecordError
-from prmkit.tables import is_table, iter_rows
+from prmkit.errors import ListElement, PrmkitError, RecordError
+from prmkit.tables import is_json_list, is_table, iter_json_list, iter_rows, kind_name
 
 FIELDS = ("id", "problem", "steps", "labels", "first_error", "answer", "reference",
           "is_correct", "group", "step_scores", "meta")
@@ -162,13 +162,6 @@ def first_error_from_labels(labels: list[float | None], threshold: float = 0.5) 
 # validation helpers
 
 
-def kind_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
-            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
-
-
 def _check_str(value: Any, name: str, allow_empty: bool) -> None:
     if not isinstance(value, str):
         raise RecordError(f"expected a string, got {kind_name(value)}", field=name)
@@ -222,10 +215,14 @@ def iter_jsonl(path: str) -> Iterator[tuple[int, Any]]:
     A line that is not valid UTF-8 or not valid JSON raises :class:`RecordError` naming the
     file and the line. A UTF-8 byte-order mark at the start is accepted. A table (a datasets
     folder, an Arrow or Parquet file, ``hf:NAME``; :mod:`prmkit.tables`) yields its rows the
-    same way, numbered by :class:`prmkit.errors.TableRow`.
+    same way (numbered by ``TableRow``), and a JSON list its elements (``ListElement``).
     """
     if is_table(path):
         yield from iter_rows(path)
+        return
+    if is_json_list(path):
+        for index, obj in iter_json_list(path):
+            yield ListElement(index + 1), obj
         return
     f = _open_input(path)
     try:
@@ -248,9 +245,12 @@ def iter_jsonl(path: str) -> Iterator[tuple[int, Any]]:
 
 
 def iter_records(path: str) -> Iterator[Record]:
-    """Yield validated records from a prmkit JSONL file. Duplicate ids are an error."""
+    """Validated records of a prmkit JSONL file or JSON list; duplicate ids are an error, and a
+    record without ``id`` gets ``rec-N`` (N: line - 1, or list index), as TRL rows get ``trl-N``."""
     seen: dict[str, int] = {}
     for lineno, obj in iter_jsonl(path):
+        if isinstance(obj, dict) and "id" not in obj:
+            obj = {"id": f"rec-{lineno - 1}", **obj}
         try:
             rec = Record.from_dict(obj)
         except RecordError as e:

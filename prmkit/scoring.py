@@ -63,9 +63,9 @@ def open_scorer(backend: str, model: str | None, token: str | None = None, fmt: 
         return open_generative(model, fmt, generation or GenConfig(), config)
     from prmkit.models.backends.remote import is_remote
     from prmkit.models.backends.vllm import VLLMPRM
-    from prmkit.models.pypi import DEFAULT_PRM, default_prm_path
+    from prmkit.models.pypi import default_prm_path, is_default
 
-    name = default_prm_path() if model in (None, DEFAULT_PRM) else model
+    name = default_prm_path() if is_default(model) else model
     if is_remote(name):
         raise PrmkitError(f"--backend vllm reads a model folder or hub id, not a server URL ({name})")
     return VLLMPRM(name, fmt, dtype=getattr(config, "dtype", "auto"),
@@ -91,8 +91,10 @@ def score_settings(model: str | None, fmt: str | None, config: Any, per_prefix: 
     (a folder by its absolute path), the step format, the dtype, the length cut, the device and
     token budget (the batches' make-up moves low-precision scores), the mode, prefix sharing
     (it changes the batches too), the backend when it is not hf."""
-    name = model or "default"
-    if os.path.exists(name):
+    from prmkit.models.pypi import DEFAULT_PRM, is_default
+
+    name = DEFAULT_PRM if is_default(model) else str(model)
+    if not is_default(model) and os.path.exists(name):
         name = os.path.abspath(name)
     return {"model": name, "format": fmt or "saved in the model folder",
             **{k: getattr(config, k, None) for k in ("dtype", "max_length", "device",

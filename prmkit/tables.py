@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any, Iterator
 
-from prmkit.errors import PrmkitError, TableRow
+from prmkit.errors import PrmkitError, RecordError, TableRow
 
 HF_PREFIX = "hf:"
 ARROW_MAGIC = b"ARROW1"
@@ -210,3 +210,52 @@ def _offline_unless_reachable(timeout: float = 3.0) -> Iterator[None]:
         yield
     finally:
         datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = before
+
+
+# ---------------------------------------------------------------------------------------------
+# a file that holds one JSON list
+
+
+def kind_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def peek(path: str, size: int = 64) -> bytes:
+    """The first bytes of a file (empty for standard input, which cannot be peeked, and for a
+    table that is not one file: a datasets folder, ``hf:NAME``)."""
+    if path == "-" or str(path).startswith(HF_PREFIX) or is_datasets_folder(path):
+        return b""
+    try:
+        with open(path, "rb") as f:
+            return f.read(size)
+    except FileNotFoundError:
+        raise PrmkitError(f"{path}: no such file") from None
+    except OSError as e:
+        raise PrmkitError(f"{path}: cannot open ({e.strerror})") from None
+
+
+def is_json_list(path: str) -> bool:
+    """Whether the file holds one JSON list (first non-space character ``[``) and not JSONL."""
+    if path == "-" or is_table(path) or os.path.isdir(path):
+        return False
+    head = peek(path, 4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head.startswith(b"[")
+
+
+def iter_json_list(path: str) -> Iterator[tuple[int, Any]]:
+    """Yield ``(index, object)`` for each element of a file that holds one JSON list."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise PrmkitError(f"{path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise RecordError(f"invalid JSON: {e.msg} (column {e.colno})", path, e.lineno) from None
+    except UnicodeDecodeError:
+        raise RecordError("not valid UTF-8 text", path) from None
+    if not isinstance(data, list):
+        raise RecordError(f"expected a JSON list of records, got {kind_name(data)}", path)
+    yield from enumerate(data)

@@ -28,7 +28,28 @@ def demo_args(base, out, *extra):
     return ["demo", "--base", base, "--output", str(out), "--train-problems", "6",
             "--train-n", "2", "--test-problems", "4", "--n", "4", "--search-problems", "2",
             "--search-min-steps", "2", "--search-max-steps", "3", "--beam-n", "1", "2",
-            "--beam-m", "1", "--last-k", "1", *extra]
+            "--beam-m", "1", "--last-k", "1", "--full", *extra]
+
+
+def test_the_demo_without_full_skips_the_search_stage_and_full_then_reuses_the_rest(
+        base, tmp_path, capsys):
+    out = tmp_path / "demo"
+    quick = [a for a in demo_args(base, out) if a != "--full"]
+    assert main(quick) == 0
+    printed = capsys.readouterr().out
+    assert "5. " not in printed and "6. " in printed
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["search"] is None and "beam_matches_4x_best_of_n" not in doc["claims"]
+    assert set(doc["claims"]) == {"prm_beats_majority", "prm_beats_orm", "gap_grows_with_n"}
+    assert "prmkit demo --full" in doc["summary"]["claim: beam >= best-of-4B (search stage)"]
+    assert not (out / "search.json").exists() and (out / "report.html").is_file()
+    scored = (out / "test_scored.jsonl").stat().st_mtime_ns
+    assert main(demo_args(base, out)) == 0
+    printed = capsys.readouterr().out
+    assert "5. " in printed and "resuming the run" in printed
+    assert (out / "test_scored.jsonl").stat().st_mtime_ns == scored   # stages 1-4 reused
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["search"]["rows"] and "beam_matches_4x_best_of_n" in doc["claims"]
 
 
 def test_demo_runs_every_stage_and_reports_what_it_measured(base, tmp_path, capsys):

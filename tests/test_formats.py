@@ -564,19 +564,23 @@ def test_gsm8k_model_solutions_errors(tmp_path, change, message):
         read_all("gsm8k", p)
 
 
-def test_a_json_list_given_to_a_jsonl_layout_is_a_layout_error(tmp_path):
-    """ProcessBench's .json list read --from gsm8k: the layout is wrong, not the JSON."""
+def test_a_json_list_reads_in_every_layout_and_a_wrong_one_names_the_element(tmp_path):
+    """Every layout reads from a JSON list as from JSONL; ProcessBench's .json list read --from
+    gsm8k is refused naming the element and the field gsm8k reads."""
     p = tmp_path / "gsm8k.json"
     p.write_text(json.dumps([{"id": "gsm8k-0", "problem": "p", "steps": ["a"], "label": -1}],
                             indent=2))
     with pytest.raises(PrmkitError) as info:
         read_all("gsm8k", p)
     msg = str(info.value)
-    assert msg.startswith(f"{p}: one JSON list, not the gsm8k layout; its first record has "
-                          f"id, label, problem, steps (ProcessBench's layout: use --from "
-                          f"processbench). Expected GSM8K, JSONL: question, answer")
+    assert msg == f"{p}: record 0: field 'question': missing"
     assert "invalid JSON" not in msg and "column" not in msg
     assert [r.id for r in read_all("processbench", p)] == ["gsm8k-0"]  # it reads lists
+    rows = [{"question": "What is 2 + 2?", "answer": "2 + 2 = 4.\n#### 4"}]
+    (tmp_path / "g.json").write_text(json.dumps(rows))
+    (tmp_path / "g.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    assert [r.to_dict() for r in read_all("gsm8k", tmp_path / "g.json")] == \
+        [r.to_dict() for r in read_all("gsm8k", tmp_path / "g.jsonl")]
 
 
 @needs_data

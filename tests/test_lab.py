@@ -11,7 +11,7 @@ from prmkit.errors import PrmkitError
 from prmkit.generate.stepwise import next_step, solve
 from prmkit.lab import (GoldPRM, LabConfig, LabPolicy, LabPolicyConfig, gold_labels, gold_record,
                         load_lab_policy, make_problems, parse_problem, reference_steps)
-from prmkit.lab.world.problems import Op, Problem, evaluate
+from prmkit.world.problems import Op, Problem, evaluate
 from prmkit.records import Record
 
 # Mia has 14; +6 = 20; -5 = 15; *3 = 45; /5 = 9

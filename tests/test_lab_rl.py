@@ -19,7 +19,7 @@ from prmkit.lab.rl import stats as rlstats
 from prmkit.lab.rl.run import LabRLConfig, advantages, ceiling_accuracy, exact_accuracy
 from prmkit.lab.rl.policy import (KINDS, OPERATORS, StatedGoldPRM, StepPolicy, hidden_text,
                                   kind_of, stated_labels)
-from prmkit.lab.world.problems import (LabConfig, Op, Problem, answer_text, apply, gold_labels,
+from prmkit.world.problems import (LabConfig, Op, Problem, answer_text, apply, gold_labels,
                               load_problem, make_problems, number, step_text)
 
 # Mia has 14; buys 6 (add) = 20; gives away 5 (sub) = 15

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from prmkit.lab import LabConfig, gold_labels, load_lab_policy, make_problems
-from prmkit.lab.world.policy import candidates_of
-from prmkit.lab.world.policy import slipped_from
+from prmkit.world.policy import candidates_of
+from prmkit.world.policy import slipped_from
 from prmkit.lab import stats
 from prmkit.lab.traceerror.stats import (PerProblem, equivalent, majority_picks, picks,
                                   ratio_difference, subsets)
-from prmkit.lab.world.problems import has_wrong_step, load_problem, reference_steps, trace_error
+from prmkit.world.problems import has_wrong_step, load_problem, reference_steps, trace_error
 from prmkit.records import Record
 
 

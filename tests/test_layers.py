@@ -20,7 +20,8 @@ LAYERS = [
                                     "prmkit.models"]),
     ("jobs", ["prmkit.distributed", "prmkit.scoring", "prmkit.select", "prmkit.realdata", "prmkit.generate",
               "prmkit.label", "prmkit.search", "prmkit.train", "prmkit.evaluate",
-              "prmkit.report", "prmkit.serve", "prmkit.rl", "prmkit.lab", "prmkit.verify"]),
+              "prmkit.report", "prmkit.serve", "prmkit.rl", "prmkit.world", "prmkit.lab",
+              "prmkit.verify"]),
     ("command line", ["prmkit.cliutil", "prmkit.cli", "prmkit"]),
 ]
 

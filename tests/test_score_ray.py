@@ -47,7 +47,7 @@ def model(tmp_path_factory):
 def lab_candidates(path, problems=4, per=4):
     """Grouped candidates of lab problems (each group: one problem, ``per`` sampled solutions)."""
     from prmkit.lab import LabConfig, load_lab_policy, make_problems
-    from prmkit.lab.world.policy import candidates_of
+    from prmkit.world.policy import candidates_of
     from prmkit.records import write_records
 
     policy, prompter = load_lab_policy("lab:0.1:0.6")

@@ -52,7 +52,8 @@ def _add_processbench(evals: Any) -> None:
                    help="a folder with gsm8k.json, math.json, olympiadbench.json, omnimath.json "
                         "(as shipped), or one such file")
     q.add_argument("--limit", type=int, default=None, metavar="N",
-                   help="only the first N solutions of each split (a quick look)")
+                   help="a quick look: N solutions of each split, the first N/2 with an error "
+                        "and the first N/2 without, in file order")
     add_model_args(q, default_prm=True)
     q.add_argument("--predictions", default=None, metavar="FILE",
                    help="JSONL with id and first_error (int) or step_scores (list) per sample, "
@@ -84,13 +85,15 @@ def _add_prmbench(evals: Any) -> None:
     q.add_argument("--data", required=True,
                    help="a PRMBench .jsonl file or a folder of them (one per category)")
     q.add_argument("--limit", type=int, default=None, metavar="N",
-                   help="only the first N solutions of each category (a quick look)")
+                   help="a quick look: N solutions of each category, the first N/2 with an "
+                        "error and the first N/2 without, in file order")
     add_model_args(q, default_prm=True)
     q.add_argument("--predictions", default=None, metavar="FILE",
                    help="JSONL with id (classification-idx, as prmkit reads PRMBench) and "
                         "step_scores, instead of --model")
-    q.add_argument("--threshold", type=float, default=0.5,
-                   help="a step is judged valid when its score is above this (PRMBench: 0.5)")
+    q.add_argument("--threshold", type=float, default=None,
+                   help="a step is judged valid when its score is above this; default: the "
+                        "threshold saved with --model where it has one, else 0.5 (PRMBench's)")
     q.add_argument("--random-draws", type=int, default=20, help="draws of the random baseline")
     q.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
     q.add_argument("--output", required=True, help="results JSON")
@@ -104,7 +107,8 @@ def _add_steps(evals: Any) -> None:
              "Step-level metrics on any records with labels (or first_error) and step_scores.")
     q.add_argument("--input", required=True, help="scored, labelled records (prmkit JSONL)")
     q.add_argument("--threshold", type=float, default=0.5,
-                   help="a step is predicted correct when its score is at least this")
+                   help="a step is predicted correct when its score is at least this (the "
+                        "records carry scores, not the model, so no saved threshold applies)")
     q.add_argument("--bins", type=int, default=10, help="equal-width ECE bins on [0, 1]")
     q.add_argument("--output", required=True, help="results JSON")
     q.add_argument("--plot", default=None,
@@ -170,7 +174,8 @@ def _source(args: argparse.Namespace) -> str:
 
 def _run_processbench(args: argparse.Namespace) -> int:
     from prmkit.evaluate import processbench
-    from prmkit.evaluate.common import check_model_or_predictions, read_predictions, score_with_model, write_json
+    from prmkit.evaluate.common import (check_model_or_predictions, quick_look, read_predictions,
+                                        score_with_model, write_json)
     from prmkit.models.folder import threshold_for
 
     check_model_or_predictions(args)
@@ -183,7 +188,8 @@ def _run_processbench(args: argparse.Namespace) -> int:
         random_draws=args.random_draws, seed=args.seed)
     if args.limit is not None and args.limit < 1:
         raise PrmkitError(f"--limit must be at least 1, got {args.limit}")
-    splits = {k: rs[:args.limit] for k, rs in processbench.load_splits(args.data).items()}
+    splits = {k: quick_look(rs, args.limit)
+              for k, rs in processbench.load_splits(args.data).items()}
     records = [r for rs in splits.values() for r in rs]
     train = _read_training(args.heuristic_train) if args.heuristic_train else None
     info: dict[str, Any]
@@ -219,7 +225,8 @@ def _read_training(path: str) -> list[Any]:
 
 def _run_prmbench(args: argparse.Namespace) -> int:
     from prmkit.evaluate import prmbench
-    from prmkit.evaluate.common import check_model_or_predictions, read_predictions, score_with_model, write_json
+    from prmkit.evaluate.common import (check_model_or_predictions, quick_look, read_predictions,
+                                        score_with_model, write_json)
 
     check_model_or_predictions(args)
     _check_output(args.output, args.save_scores)
@@ -228,11 +235,11 @@ def _run_prmbench(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise PrmkitError(f"--limit must be at least 1, got {args.limit}")
     records = prmbench.load(args.data)
-    if args.limit is not None:  # the first N of each category
+    if args.limit is not None:  # a quick look at each category
         by_category: dict[Any, list[Any]] = {}
         for r in records:
             by_category.setdefault(r.meta.get("classification"), []).append(r)
-        records = [r for rs in by_category.values() for r in rs[:args.limit]]
+        records = [r for rs in by_category.values() for r in quick_look(rs, args.limit)]
     info: dict[str, Any]
     if args.model:
         info = {"scored_by": score_with_model(records, args, "prmbench")}
@@ -241,11 +248,17 @@ def _run_prmbench(args: argparse.Namespace) -> int:
         preds = read_predictions(args.predictions, records, allow_first_error=False)
         scores = {k: p.step_scores for k, p in preds.items()}
         info = {"predictions": args.predictions}
+    threshold = 0.5 if args.threshold is None else args.threshold
+    if args.model:
+        from prmkit.models.folder import threshold_for
+
+        threshold, said = threshold_for(args.model, args.threshold)
+        print(said, file=sys.stderr)
     all_valid = prmbench.evaluate_judgements(records, {r.id: [True] * len(r.steps) for r in records})
     all_valid["how"] = "every step judged valid"
     res = {**info, "data": args.data, "benchmark": "prmbench", "paper": prmbench.PAPER,
-           "source": prmbench.SOURCE, "threshold": args.threshold,
-           "model": prmbench.evaluate(records, scores, args.threshold),  # type: ignore[arg-type]
+           "source": prmbench.SOURCE, "threshold": threshold,
+           "model": prmbench.evaluate(records, scores, threshold),  # type: ignore[arg-type]
            "baselines": {"all_valid": all_valid,
                          "random": prmbench.random_judgements(records, args.random_draws, args.seed)}}
     write_json(args.output, res)

@@ -196,3 +196,16 @@ def check_model_or_predictions(args: argparse.Namespace) -> None:
     if args.model and not args.save_scores and args.output != "-":
         stem = args.output[:-5] if args.output.endswith(".json") else args.output
         args.save_scores = stem + ".scores.jsonl"
+
+
+def quick_look(records: Sequence[Any], n: int | None) -> list[Any]:
+    """``--limit N``: the first N/2 records with an error and the first N/2 without (N odd: one
+    more with an error), in file order, so a quick look holds both kinds and has an F1; where
+    one kind runs short, more of the other. All of them when ``n`` is None."""
+    if n is None:
+        return list(records)
+    wrong = [i for i, r in enumerate(records) if r.first_error != -1]
+    right = [i for i, r in enumerate(records) if r.first_error == -1]
+    take_wrong = min(len(wrong), max(n - len(right), (n + 1) // 2))
+    keep = set(wrong[:take_wrong]) | set(right[:n - take_wrong])
+    return [r for i, r in enumerate(records) if i in keep]

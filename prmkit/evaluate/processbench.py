@@ -336,8 +336,8 @@ def print_results(res: dict[str, Any], name: str) -> None:
     elif t is not None:
         print(f"threshold {t:.6g}")
     b = res["baselines"]
-    print(f"baselines: always_correct = {b['always_correct']['how']}; random = "
-          f"{b['random']['how']}; position_length = {b['position_length']['how']}")
+    print("baselines (the F1 columns): " + "; ".join(
+        f"{short.get(k, k)} = {v['how']}" for k, v in b.items()))
     if res["beats_position_length"] is False:
         print(f"NOTE: {name} does NOT beat the position/length heuristic "
               f"(average F1 {pct(res['model']['average_f1'])} <= "

@@ -9,13 +9,11 @@ line (or record index / parquet row) and the source field; nothing is dropped si
 
 from __future__ import annotations
 
-import os
 from typing import Callable, Iterable, Iterator
 
 from prmkit.errors import PrmkitError
 from prmkit.formats import (gsm8k, hendrycks_math, math_shepherd, native, prm800k, prmbench,
                             processbench, trl)
-from prmkit.formats.common import is_json_list, iter_json_list
 from prmkit.formats.options import SHEPHERD_LABEL_STYLES, ConvertOptions
 
 __all__ = ["FORMAT_HELP", "FORMAT_NAMES", "SHEPHERD_LABEL_STYLES", "ConvertOptions", "read", "write"]
@@ -36,7 +34,6 @@ _FORMATS: dict[str, tuple[Reader, Writer]] = {
 }
 
 FORMAT_NAMES: list[str] = list(_FORMATS)
-LIST_FORMATS = {"processbench"}  # the readers that take one JSON list as well as JSON Lines
 
 # One paragraph per format for ``prmkit convert --help``: the fields and the label rules.
 FORMAT_HELP: dict[str, str] = {
@@ -60,19 +57,7 @@ def _lookup(fmt: str) -> tuple[Reader, Writer]:
 def read(fmt: str, path: str, options: ConvertOptions | None = None) -> Iterator[Record]:
     """Records read from ``path`` in format ``fmt``. Ids must be unique within the file."""
     reader = _lookup(fmt)[0]  # an unknown name fails here, not at the first next()
-    if fmt not in LIST_FORMATS and os.path.isfile(path) and is_json_list(path):
-        raise PrmkitError(_not_a_list(fmt, path))
     return _unique_ids(path, reader(path, options or ConvertOptions()))
-
-
-def _not_a_list(fmt: str, path: str) -> str:
-    """A JSON list given to a reader of JSON Lines: the layout is wrong, not the JSON."""
-    fields = next((sorted(obj) for _, obj in iter_json_list(path) if isinstance(obj, dict)), [])
-    guess = " (ProcessBench's layout: use --from processbench)" \
-        if {"problem", "steps", "label"} <= set(fields) else ""
-    has = f"; its first record has {', '.join(fields)}" if fields else ""
-    return (f"{path}: one JSON list, not the {fmt} layout{has}{guess}. Expected "
-            f"{FORMAT_HELP[fmt].split('. ')[0]}")
 
 
 def _unique_ids(path: str, records: Iterator[Record]) -> Iterator[Record]:

@@ -9,13 +9,11 @@ or ``FILE: row N: ...`` (parquet, N counted from 0), always through
 
 from __future__ import annotations
 
-import json
 import warnings
-from typing import Any, Iterator
+from typing import Any
 
 from prmkit.errors import PrmkitError, RecordError
 from prmkit.records import Record, kind_name
-from prmkit.tables import HF_PREFIX, is_datasets_folder
 
 
 def where_in_list(path: str, index: int, obj: Any = None) -> str:
@@ -84,42 +82,6 @@ def string_list(obj: Any, name: str, what: str = "") -> list[str]:
 def extras(obj: dict[str, Any], used: set[str]) -> dict[str, Any]:
     """The fields of ``obj`` that a converter did not map: kept in ``meta`` so nothing is lost."""
     return {k: v for k, v in obj.items() if k not in used}
-
-
-def peek(path: str, size: int = 64) -> bytes:
-    """The first bytes of a file (empty for standard input, which cannot be peeked, and for a
-    table that is not one file: a datasets folder, ``hf:NAME``)."""
-    if path == "-" or str(path).startswith(HF_PREFIX) or is_datasets_folder(path):
-        return b""
-    try:
-        with open(path, "rb") as f:
-            return f.read(size)
-    except FileNotFoundError:
-        raise PrmkitError(f"{path}: no such file") from None
-    except OSError as e:
-        raise PrmkitError(f"{path}: cannot open ({e.strerror})") from None
-
-
-def is_json_list(path: str) -> bool:
-    """Whether the file holds one JSON list (first non-space character ``[``) and not JSONL."""
-    head = peek(path, 4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    return head.startswith(b"[")
-
-
-def iter_json_list(path: str) -> Iterator[tuple[int, Any]]:
-    """Yield ``(index, object)`` for each element of a file that holds one JSON list."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise PrmkitError(f"{path}: no such file") from None
-    except json.JSONDecodeError as e:
-        raise RecordError(f"invalid JSON: {e.msg} (column {e.colno})", path, e.lineno) from None
-    except UnicodeDecodeError:
-        raise RecordError("not valid UTF-8 text", path) from None
-    if not isinstance(data, list):
-        raise RecordError(f"expected a JSON list of records, got {kind_name(data)}", path)
-    yield from enumerate(data)
 
 
 def hard_label(value: float | None, threshold: float, path: str, rec_id: str, fmt: str,

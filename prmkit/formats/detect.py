@@ -15,7 +15,6 @@ from typing import Iterable
 
 from prmkit import formats
 from prmkit.errors import PrmkitError
-from prmkit.formats.common import is_json_list, iter_json_list
 from prmkit.formats.options import ConvertOptions
 from prmkit.formats.prm800k_stepwise import REQUIRED as PRM800K_STEPWISE
 from prmkit.records import FIELDS, Record, iter_jsonl, iter_records
@@ -31,21 +30,28 @@ LAYOUTS: list[tuple[str, frozenset[str]]] = [
     ("prm800k", frozenset({"question", "label"})),
     ("gsm8k", frozenset({"question", "ground_truth"})),  # the GSM8K paper's model solutions
 ]
+# fields a record of another toolkit may carry where prmkit reads another one: (field written,
+# field meant, what to do); one table, read by near_miss
+NEAR_NAMES: list[tuple[str, str, str]] = [
+    ("question", "problem", "rename it"),
+    ("query", "problem", "rename it"),
+    ("solution", "steps", "steps is a list of strings, one per step: split the solution into its "
+                          "steps (one per line, or at 'Step N:' markers; docs/records.md)"),
+    ("response", "steps", "steps is a list of strings, one per step: split the response into its "
+                          "steps (docs/records.md)"),
+    ("step_labels", "labels", "rename it"),
+]
 NAMES = {"prmkit": "prmkit records", "prm800k": "PRM800K", "prmbench": "PRMBench",
          "processbench": "ProcessBench", "trl": "TRL stepwise", "math-shepherd": "Math-Shepherd",
          "gsm8k": "GSM8K model solutions"}
 
 
 def columns_of(path: str) -> list[str] | None:
-    """The columns of a table, or the fields of a JSONL file's first line (None: no lines, or
-    standard input, which cannot be read twice)."""
+    """The columns of a table, or the fields of a JSONL file's first line or a JSON list's
+    first element (None: no lines, or standard input, which cannot be read twice)."""
     if is_table(path):
         return column_names(path)
     if path == "-":
-        return None
-    if is_json_list(path):   # one JSON list of objects (ProcessBench's released files)
-        for _, obj in iter_json_list(path):
-            return list(obj) if isinstance(obj, dict) else None
         return None
     for _, obj in iter_jsonl(path):
         return list(obj) if isinstance(obj, dict) else None
@@ -60,6 +66,19 @@ def layout_of(columns: Iterable[str]) -> str | None:
     return next((fmt for fmt, need in LAYOUTS if need <= cols), None)
 
 
+def near_miss(path: str, columns: Iterable[str]) -> str | None:
+    """One line naming the field a user wrote and the prmkit field they meant, where the
+    columns are prmkit's but for names in :data:`NEAR_NAMES` (None otherwise)."""
+    cols = set(columns)
+    found = [(wrote, meant, how) for wrote, meant, how in NEAR_NAMES
+             if wrote in cols and meant not in cols]
+    fixed = (cols - {w for w, _, _ in found}) | {m for _, m, _ in found}
+    if not found or not ({"problem", "steps"} <= fixed and fixed <= set(FIELDS)):
+        return None
+    parts = [f"'{wrote}' where prmkit reads '{meant}' ({how})" for wrote, meant, how in found]
+    return f"{path}: the records have " + "; and ".join(parts)
+
+
 def detect(path: str) -> str:
     """The format of the records at ``path``, by its columns."""
     cols = columns_of(path)
@@ -67,6 +86,9 @@ def detect(path: str) -> str:
         return "prmkit"
     fmt = layout_of(cols)
     if fmt is None:
+        near = near_miss(path, cols)
+        if near:
+            raise PrmkitError(near)
         known = ", ".join(dict.fromkeys(NAMES.values()))
         raise PrmkitError(f"{path}: the columns {', '.join(sorted(cols))} are not a known "
                           f"layout ({known}); convert it first with `prmkit convert`")
@@ -76,26 +98,6 @@ def detect(path: str) -> str:
 def read_records(path: str, options: ConvertOptions | None = None) -> list[Record]:
     """All records at ``path`` (any source, any known layout), validated."""
     fmt = detect(path)
-    if fmt == "prmkit" and path != "-" and not is_table(path) and is_json_list(path):
-        return _records_of_list(path)
     if fmt == "prmkit":
         return list(iter_records(path))
     return list(formats.read(fmt, path, options))
-
-
-def _records_of_list(path: str) -> list[Record]:
-    """prmkit records held as one JSON list, each error naming its element."""
-    from prmkit.errors import RecordError
-    from prmkit.formats.common import where_in_list
-
-    out, seen = [], set()
-    for index, obj in iter_json_list(path):
-        try:
-            rec = Record.from_dict(obj)
-        except RecordError as e:
-            raise e.at(where_in_list(path, index, obj)) from None
-        if rec.id in seen:
-            raise PrmkitError(f"{path}: duplicate id {rec.id!r} (element {index})")
-        seen.add(rec.id)
-        out.append(rec)
-    return out

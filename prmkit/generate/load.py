@@ -29,7 +29,7 @@ def load_policy(policy: str, backend: str = "hf", *, dtype: str = "auto", device
     if backend not in BACKENDS:
         raise PrmkitError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     if policy == "lab" or policy.startswith("lab:"):   # the lab world's synthetic policy
-        from prmkit.lab import load_lab_policy
+        from prmkit.world import load_lab_policy
 
         return load_lab_policy(policy)
     rule = None if step_rule in (None, "auto") else step_rule

@@ -10,7 +10,7 @@ claims in it.
 
 ``problems`` writes records like a converted GSM8K file (problem, reference, the reference
 solution as steps), ready for ``prmkit generate``, ``search`` or ``label``. ``gold`` sets exact
-``labels`` and ``first_error`` on every record (:func:`prmkit.lab.world.problems.gold_labels`); a record
+``labels`` and ``first_error`` on every record (:func:`prmkit.world.problems.gold_labels`); a record
 whose problem is not a lab problem is an error naming its line.
 
 Each experiment is a resumable job that writes ``summary.json`` with its claims (YES or NO, with
@@ -43,7 +43,7 @@ EXPERIMENTS = [
 
 def add_lab(sub: Any) -> None:
     from prmkit.cliutil import Formatter
-    from prmkit.lab.world.problems import LabConfig
+    from prmkit.world.problems import LabConfig
 
     p = sub.add_parser("lab", help="the lab world: synthetic problems with exact step labels, "
                        "and the experiments on the papers' claims", description=__doc__,
@@ -83,7 +83,7 @@ def _add_experiment(lab: Any, name: str, module: str, config: str, help: str) ->
 
 
 def _run_problems(args: argparse.Namespace) -> int:
-    from prmkit.lab.world.problems import LabConfig, make_problems
+    from prmkit.world.problems import LabConfig, make_problems
     from prmkit.records import write_records
 
     config = LabConfig(n=args.n, min_steps=args.min_steps, max_steps=args.max_steps,
@@ -94,7 +94,7 @@ def _run_problems(args: argparse.Namespace) -> int:
 
 
 def _run_gold(args: argparse.Namespace) -> int:
-    from prmkit.lab.world.problems import gold_record
+    from prmkit.world.problems import gold_record
     from prmkit.records import iter_jsonl, Record, write_records
 
     out = []

@@ -217,7 +217,7 @@ def _run_quality(args: argparse.Namespace) -> int:
 
     labelled = [(path, read_records(path)) for path in args.labels]
     if args.gold == "lab":
-        from prmkit.lab import gold_record
+        from prmkit.world import gold_record
 
         gold: dict[str, Record] = {}
         for _, recs in labelled:

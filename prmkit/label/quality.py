@@ -2,7 +2,7 @@
 
 Gold labels come from people or from exact checking: ProcessBench's first errors (``prmkit
 convert --from processbench``), PRM800K's human step ratings (``--from prm800k``), or the lab
-world's exact step check (:func:`prmkit.lab.gold_labels`, ``gold="lab"``). Records are matched
+world's exact step check (:func:`prmkit.world.gold_labels`, ``gold="lab"``). Records are matched
 by ``id``; one report row per labeling method, read from the records' ``meta``: Monte Carlo
 (strategy, mode, rollouts K, threshold) or the judge (model, samples).
 

@@ -101,9 +101,9 @@ def saved_threshold(model: str | None) -> dict[str, Any] | None:
     """``prmkit_threshold.json`` of a model (``None`` or ``default``: the default PRM; a local
     folder), or None: a hub id, a URL, a named backbone or a folder without one. The file holds
     ``threshold`` (a step scored below it is a predicted error) and ``tuned_on`` (what chose it)."""
-    from prmkit.models.pypi import DEFAULT_PRM, DEFAULT_PRM_DIR
+    from prmkit.models.pypi import DEFAULT_PRM_DIR, is_default
 
-    if model is None or (model == DEFAULT_PRM and not os.path.isdir(model)):
+    if is_default(model):
         path = DEFAULT_PRM_DIR
     elif os.path.isdir(model):
         path = model
@@ -126,7 +126,8 @@ def threshold_for(model: str | None, given: float | None) -> tuple[float, str]:
         return given, f"threshold {given:g} (--threshold)"
     info = saved_threshold(model)
     if info is None:
-        return 0.5, "threshold 0.5 (no threshold is saved with the model; --threshold sets one)"
+        return 0.5, ("threshold 0.5 (no threshold is saved with the model: --threshold sets one; "
+                     "eval processbench --calibrate-on SPLIT tunes one on a split)")
     t = float(info["threshold"])
     return t, (f"threshold {t:g}: the one saved with the model {model or 'default'} (tuned on "
                f"{info.get('tuned_on', 'its dev data')}); --threshold overrides it")
@@ -140,7 +141,9 @@ def write_card(path: str, title: str, lines: list[str]) -> None:
 def kind_of(model: str) -> str:
     """What a model folder holds: prm, orm or implicit-prm (a folder prmkit did not train, or a
     name that is not a folder, is a prm)."""
-    if not os.path.isdir(model):
+    from prmkit.models.pypi import is_default
+
+    if is_default(model) or not os.path.isdir(model):
         return "prm"
     return read_train_info(resolve_model_path(model)).get("kind", "prm")
 
@@ -148,9 +151,10 @@ def kind_of(model: str) -> str:
 def resolve_model_path(name_or_path: str) -> str:
     """``default`` (the trained default PRM), a default model name (see prmkit.models.pypi), a
     local folder, or a hub id."""
-    from prmkit.models.pypi import DEFAULT_MODELS, DEFAULT_PRM, default_prm_path, resolve
+    from prmkit.models.pypi import (DEFAULT_MODELS, DEFAULT_PRM, default_prm_path, is_default,
+                                    resolve)
 
-    if name_or_path == DEFAULT_PRM and not os.path.isdir(name_or_path):
+    if is_default(name_or_path):
         return default_prm_path()
     if name_or_path in DEFAULT_MODELS:
         return resolve(name_or_path)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from prmkit.models.folder import kind_of, resolve_model_path
-from prmkit.models.pypi import DEFAULT_PRM, default_prm_path
+from prmkit.models.pypi import default_prm_path, is_default
 from prmkit.models.reading import HFConfig
 from prmkit.stepformat import StepFormat
 
@@ -38,7 +38,7 @@ def open_prm(name_or_url: str | None, token: str | None = None,
     (a URL; ``token`` defaults to ``$PRMKIT_TOKEN``), or :func:`load_prm`."""
     from prmkit.models.backends.remote import RemotePRM, is_remote
 
-    model = default_prm_path() if name_or_url in (None, DEFAULT_PRM) else name_or_url
+    model = default_prm_path() if is_default(name_or_url) else name_or_url
     if is_remote(model):
         return RemotePRM(model, token=token)
     return load_prm(model, step_format, config)
@@ -49,7 +49,7 @@ def model_kind(name_or_url: str | None) -> str:
     a folder prmkit did not train is a prm)."""
     from prmkit.models.backends.remote import is_remote
 
-    if name_or_url in (None, DEFAULT_PRM):  # the default PRM
+    if is_default(name_or_url):
         return "prm"
     return "prm" if is_remote(name_or_url) else kind_of(name_or_url)
 

@@ -56,6 +56,12 @@ DEFAULT_PRM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "defa
 DEFAULT_PRM = "default"
 
 
+def is_default(name: str | None) -> bool:
+    """Whether ``name`` names the trained default PRM: ``None`` or ``default``, always. The one
+    place this is decided: a folder named ``default`` in the working directory is ``./default``."""
+    return name is None or name == DEFAULT_PRM
+
+
 def default_prm_path() -> str:
     """The folder of the trained default PRM shipped in the package."""
     if not os.path.isfile(os.path.join(DEFAULT_PRM_DIR, "prmkit_format.json")):

@@ -131,7 +131,7 @@ def load_problems(cfg: RLConfig) -> tuple[list[Any], list[Any]]:
             raise PrmkitError(f"{cfg.data}: {len(records)} records with a reference; need more "
                               f"than --eval-problems {cfg.eval_problems}")
         return records[:-cfg.eval_problems], records[-cfg.eval_problems:]
-    from prmkit.lab import LabConfig, make_problems
+    from prmkit.world import LabConfig, make_problems
 
     def lab(n: int, seed: int) -> list[Any]:
         return make_problems(LabConfig(n=n, min_steps=cfg.lab_min_steps,

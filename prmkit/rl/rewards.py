@@ -218,7 +218,7 @@ def open_prm(model: str, token: str | None = None) -> Any:
     """A PRM by name: ``lab-gold`` (the lab world's exact step labels, for lab problems), the
     URL of a running ``prmkit serve``, or a local model folder / default model name."""
     if model == "lab-gold":
-        from prmkit.lab import GoldPRM
+        from prmkit.world import GoldPRM
 
         return GoldPRM()
     from prmkit.models.load import open_prm as open_model

@@ -46,7 +46,8 @@ from prmkit.models.sharing.prefix import ShareStats, can_share, score_by_problem
 from prmkit.serve.batcher import Batcher, Closed, Overloaded
 from prmkit.serve.config import ServeConfig
 from prmkit.serve.disconnect import WatchDisconnect, body_chunks, wait_answer
-from prmkit.serve.queries import response_steps, rewards_from_scores, safe_aggregate, split_query
+from prmkit.serve.queries import (one_solution_hint, response_steps, rewards_from_scores,
+                                  safe_aggregate, split_query)
 
 log = logging.getLogger("prmkit")
 
@@ -206,10 +207,14 @@ async def read_json(request: Request, limit: int) -> Any:
 
 
 def parse(model: type[BaseModel], data: Any) -> Any:
-    """``data`` validated as ``model``, or 422 naming the first few bad fields."""
+    """``data`` validated as ``model``, or 422 naming the first few bad fields (a request
+    written for one solution says how to send it)."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
+        near = one_solution_hint(data) if model is ScoreRequest else None
+        if near:
+            raise RequestError(422, near) from None
         parts = []
         for err in e.errors()[:5]:
             loc = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in err["loc"]).lstrip(".")

@@ -119,3 +119,24 @@ def rewards_from_scores(step_scores: Sequence[Sequence[float | None]], reward: s
     rewards = list(logs[f"prm_{reward}"])
     return {"rewards": rewards, "scores": list(rewards), "extra_logs": logs,
             "step_scores_padded": padded}
+
+
+# a field of one solution where a request takes a list of them: (written, meant)
+NEAR_FIELDS = {"problem": "problems", "text": "texts", "step": "steps", "aggregate": "aggregates"}
+
+
+def one_solution_hint(data: Any) -> str | None:
+    """One line for a request written for one solution (``problem`` and a flat ``steps``) where
+    ``/v1/score`` takes lists, one element per solution (None when it is not that)."""
+    if not isinstance(data, dict):
+        return None
+    wrote = [(k, NEAR_FIELDS[k]) for k in data if k in NEAR_FIELDS and NEAR_FIELDS[k] not in data]
+    steps = data.get("steps")
+    flat = isinstance(steps, list) and bool(steps) and all(isinstance(x, str) for x in steps)
+    if not wrote and not flat:
+        return None
+    said = [f"'{a}' where the request takes '{b}'" for a, b in wrote]
+    said += ["'steps' is one solution's list of steps where the request takes a list per "
+             "solution"] if flat else []
+    return ("; ".join(said) + ': send lists, one element per solution: {"problems": ["..."], '
+            '"steps": [["step 1", "step 2"]]}')

@@ -2,7 +2,7 @@
 
 An upper bound for every learned PRM, and the oracle that search and labeling tests and
 benchmarks compare against: ``GoldPRM().score(problems, steps)`` gives 1.0 for a right step and
-0.0 for a wrong one (:func:`prmkit.lab.world.problems.gold_labels`), through the ordinary
+0.0 for a wrong one (:func:`prmkit.world.problems.gold_labels`), through the ordinary
 :class:`prmkit.models.base.PRM` protocol. ``noise`` blurs it into a realistic imperfect PRM: each
 score moves towards the wrong side by a uniform draw up to ``noise``, seeded by the text.
 """
@@ -13,7 +13,7 @@ import hashlib
 import random
 from typing import Sequence
 
-from prmkit.lab.world.problems import gold_labels
+from prmkit.world.problems import gold_labels
 
 
 class GoldPRM:

@@ -31,7 +31,7 @@ from prmkit.errors import PrmkitError
 from prmkit.generate.base import Completion, check_sampling, check_stop, sample_seed
 from prmkit.generate.fake import FakeGenerator
 from prmkit.generate.prompts import INSTRUCTION, PromptStyle, Prompter
-from prmkit.lab.world.problems import Problem, answer_text, apply, evaluate, load_problem, step_text
+from prmkit.world.problems import Problem, answer_text, apply, evaluate, load_problem, step_text
 
 LAB_STYLE = PromptStyle(
     name="lab", description="lab world: the instruction, Question: / Answer:, one step per line",
@@ -191,3 +191,21 @@ def candidates_of(problems: Sequence[Any], n: int, policy: Any, prompter: Any, n
     meta = {"policy": name, "seed": seed}
     return [candidate_record(Asked(p.id, p.problem, p.reference), k, s, prompter.rule, meta)
             for p, row in zip(problems, sols) for k, s in enumerate(row)]
+
+
+def load_lab_policy(name: str = "lab") -> tuple[LabPolicy, Prompter]:
+    """``(LabPolicy, its prompter)`` for a policy name ``lab``, ``lab:SLIP``,
+    ``lab:SLIP:CONFUSE`` or ``lab:SLIP:CONFUSE:RECOVER`` (e.g. ``lab:0.2:0``; see
+    :class:`LabPolicyConfig`)."""
+    parts = name.split(":")[1:]
+    try:
+        if len(parts) > 3:
+            raise ValueError
+        values = dict(zip(("slip", "confuse", "recover"), (float(x) for x in parts)))
+        config = LabPolicyConfig(**values)
+    except (ValueError, PrmkitError):
+        raise PrmkitError(f"policy {name!r}: write lab, lab:SLIP, lab:SLIP:CONFUSE or "
+                          f"lab:SLIP:CONFUSE:RECOVER, with SLIP in [0, 1) and CONFUSE and "
+                          f"RECOVER in [0, 1]") from None
+    policy = LabPolicy(config)
+    return policy, policy.prompter

@@ -67,7 +67,7 @@ def prm_quality(prm: Any, records: list[Any]) -> dict[str, Any]:
     calculations and the rest."""
     from prmkit.calculator import annotate
     from prmkit.evaluate.stepwise import auc
-    from prmkit.lab.world.problems import gold_labels
+    from prmkit.world.problems import gold_labels
 
     scores, labels = [], []
     right, calc, other = [], [], []

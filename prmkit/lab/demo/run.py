@@ -1,7 +1,7 @@
 """The lab demo: the whole PRM story on one CPU (``prmkit demo``, ``make demo``).
 
 Every stage is the library code a user runs on real data; only the policy is the lab's
-synthetic one (:mod:`prmkit.lab.world.policy`). The PRM (a surprisal head) and the ORM are heads on
+synthetic one (:mod:`prmkit.world.policy`). The PRM (a surprisal head) and the ORM are heads on
 a frozen SmolLM2-135M, trained here on the same candidates with the same budget, both reading a
 calculator's notes on wrong equations (``--no-calculator`` leaves them out).
 
@@ -12,8 +12,9 @@ calculator's notes on wrong equations (``--no-calculator`` leaves them out).
    Verify's class head read at the last step (``--orm-recipe`` picks another).
 4. **Best-of-N** (Lightman et al. 2023): PRM (prod, min, last), ORM, majority, PRM-weighted
    majority, the exact-label PRM and the oracle.
-5. **Search**: PRM-guided beam search at widths B against best-of-4B on harder problems of
-   its own, with generated tokens, Holm-corrected over the widths (Snell et al. 2024;
+5. **Search** (``--full`` only; its protocol's cost is most of the full demo's time):
+   PRM-guided beam search at widths B against best-of-4B on harder problems of its own, with
+   generated tokens, Holm-corrected over the widths (Snell et al. 2024;
    :mod:`prmkit.lab.demo.search`).
 6. **Report**: an HTML page with plots, tables and every test solution's steps coloured by
    the PRM; the summary table is printed last.
@@ -21,7 +22,8 @@ calculator's notes on wrong equations (``--no-calculator`` leaves them out).
 Every number is measured by the run. The stages write into ``--output``; a rerun with the same
 settings reuses every finished stage, so a killed demo continues where it stopped. The search
 stage's settings (:data:`prmkit.lab.demo.search.FIELDS`) and ``--implicit``'s are their stages'
-own: changing them redoes that stage alone. ``--margin`` is read by the summary only.
+own: changing them redoes that stage alone. ``--margin`` and ``--full`` are read by the summary
+and the search stage only, so a demo run without ``--full`` and then with it reuses stages 1-4.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from prmkit.lab.demo import implicit as implicitstage
 from prmkit.lab.demo import summary
 from prmkit.lab.demo.scoring import score_test
 from prmkit.lab.demo import search as searchstage
-from prmkit.lab.world.problems import LabConfig
+from prmkit.world.problems import LabConfig
 from prmkit.lab.stages import Lazy, Printer, prepare, stage
 from prmkit.models.reading import fast_dtype
 from prmkit.records import Record
@@ -108,6 +110,11 @@ class DemoConfig:
                 "token, so its training on outcomes also gives step credit, an outcome-"
                 "supervised PRM); own: its last --last-k layers and a class head, at --lr for "
                 "--epochs in batches of --batch-tokens"})
+    full: bool = field(default=False, metadata={
+        "help": "also run stage 5, the search stage: the beam-search claim's protocol (beam "
+                "search at each width of --beam-n against best-of-4B on --search-problems "
+                "problems; most of the full demo's time, docs/lab.md). Without it "
+                "the demo runs stages 1-4 and the best-of-N claims."})
     search_problems: int = field(default=320, metadata={
         "help": "problems for beam search: lab problems of their own (seed + 2000), harder "
                 "than the test problems (--search-min-steps, --search-max-steps). Beam search "
@@ -182,7 +189,7 @@ def run(config: DemoConfig) -> int:
     t0 = time.time()
     out = config.output
     prepare(out, config, STAGES_VERSION, own=implicitstage.FIELDS + searchstage.FIELDS,
-            free=("margin",))
+            free=("margin", "full"))
     say = Printer()
     say(f"prmkit demo: the lab world, seed {config.seed}; files in {out}/")
     world = _world(config, out, say)
@@ -213,12 +220,13 @@ def run(config: DemoConfig) -> int:
         config, implicit, world.gold, bon.curve["n"])
     if figures is not None:
         say.stage(4, "; ".join(f"{k}: {v}" for k, v in summary.implicit_rows(figures)))
-    search = searchstage.search_stage(config, world, prm, out)
-    say.stage(5, f"search on {search['problems']} problems of {search['operations'][0]}-"
-                 f"{search['operations'][1]} operations, {searchstage.pool(config)} samples each "
-                 f"(accuracy {summary.pct(search['sample_accuracy'])}): " + "; ".join(
-        f"{row['method']} n={row['n']} {row['accuracy']:.1f}% at {row['tokens']:.0f} tokens"
-        for row in search["rows"]))
+    search = searchstage.search_stage(config, world, prm, out) if config.full else None
+    if search is not None:
+        say.stage(5, f"search on {search['problems']} problems of {search['operations'][0]}-"
+                     f"{search['operations'][1]} operations, {searchstage.pool(config)} samples "
+                     f"each (accuracy {summary.pct(search['sample_accuracy'])}): " + "; ".join(
+            f"{row['method']} n={row['n']} {row['accuracy']:.1f}% at {row['tokens']:.0f} tokens"
+            for row in search["rows"]))
     result = summary.Results(config, scored, bon, labels, search, world.gold, figures)
     summary.finish(result, out, say, time.time() - t0)
     return 0
@@ -240,7 +248,7 @@ class World:
 def _world(config: DemoConfig, out: str, say: "Printer") -> World:
     """1. problems and candidates."""
     from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
-    from prmkit.lab.world.policy import candidates_of
+    from prmkit.world.policy import candidates_of
 
     policy_name = f"lab:{config.slip}:{config.confuse}"
     policy, prompter = load_lab_policy(policy_name)

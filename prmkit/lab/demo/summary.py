@@ -44,7 +44,7 @@ class Results:
     scored: list[Record]
     bon: BestOfN
     labels: Labels
-    search: dict[str, Any]
+    search: dict[str, Any] | None   # None: the search stage did not run (no --full)
     gold: dict[str, Record]
     implicit: dict[str, Any] | None = None   # prmkit.lab.demo.implicit.implicit_figures
 
@@ -69,10 +69,12 @@ def bestofn_stage(config: Any, scored: Sequence[Record], say: Any) -> BestOfN:
 
 
 def claims_of(res: Results) -> dict[str, lab_claims.Claim]:
-    """The four claims, from the scored test candidates and the search rows."""
+    """The claims: best-of-N's from the scored test candidates, and the beam claim from the
+    search rows where the search stage ran (``--full``)."""
     cfg = res.config
     out = lab_claims.bestofn_claims(res.scored, cfg.select, cfg.n, cfg.seed)
-    out.update(beam_claims(res.search, cfg.margin, cfg.seed)[0])
+    if res.search is not None:
+        out.update(beam_claims(res.search, cfg.margin, cfg.seed)[0])
     return out
 
 
@@ -92,8 +94,8 @@ def finish(res: Results, out: str, say: Any, seconds: float) -> None:
     print_rows(f"prmkit demo summary (lab world, seed {res.config.seed}; measured in this run, "
                f"{seconds:.0f} s on {os.cpu_count()} cores)", rows)
     doc = {"config": asdict(res.config), "prm_step_auc": auc[0], "orm_step_auc": auc[2],
-           "claims": lab_claims.claims_json(claims, beam_claims(res.search, res.config.margin,
-                                                                  res.config.seed)[1]),
+           "claims": lab_claims.claims_json(claims, None if res.search is None else beam_claims(
+               res.search, res.config.margin, res.config.seed)[1]),
            "summary": dict(rows),
            "bestofn": res.bon.curve, "search": res.search, "implicit": res.implicit}
     write_summary(out, doc)
@@ -158,10 +160,14 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
                                 f"claim: PRM ({s}) beats the ORM at N={n}?"),
         lab_claims.verdict_line(claims["gap_grows_with_n"],
                                 f"claim: PRM - ORM gap larger at N={n} than at N=2?"),
-        lab_claims.verdict_line(
-            claims["beam_matches_4x_best_of_n"],
-            f"claim: beam >= best-of-4B at some B in {cfg.beam_n} (margin {cfg.margin:g}, Holm)?"),
     ]
+    if res.search is None:
+        rows.append(("claim: beam >= best-of-4B (search stage)",
+                     "not run: `prmkit demo --full` runs it (docs/lab.md)"))
+        return rows + label_rows(res.labels)
+    rows.append(lab_claims.verdict_line(
+        claims["beam_matches_4x_best_of_n"],
+        f"claim: beam >= best-of-4B at some B in {cfg.beam_n} (margin {cfg.margin:g}, Holm)?"))
     return rows + beam_rows(res, claims) + label_rows(res.labels)
 
 
@@ -179,7 +185,6 @@ def beam_rows(res: Results, claims: dict[str, lab_claims.Claim]) -> list[tuple[s
                  (f"  generated tokens per problem, beam B={b} / best-of-{4 * b}",
                   f"{beam['tokens']:.0f} / {bon['tokens']:.0f}")]
     return rows
-    return rows + label_rows(res.labels)
 
 
 def implicit_rows(figures: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -220,17 +225,17 @@ def write_report(path: str, res: Results, rows: list[tuple[str, str]]) -> None:
                         [[m, q.records, pct(q.first_error_agreement), pct(q.step_agreement),
                           "-" if q.rollouts_per_record is None else f"{q.rollouts_per_record:.1f}"]
                          for m, q in res.labels.quality.items()])
-    srch = html.table(["method", "n", "accuracy %", "generated tokens / problem",
-                       "PRM tokens / problem"],
-                      [[r["method"], r["n"], f"{r['accuracy']:.1f}", f"{r['tokens']:.0f}",
-                        "-" if r.get("prm_tokens") is None else f"{r['prm_tokens']:.0f}"]
-                       for r in search["rows"]])
+    extra = [("Summary", summary), ("Best-of-N (all methods)", bon),
+             ("Monte Carlo labels against exact labels", labels)]
+    if search is not None:
+        extra.append(("PRM-guided beam search against best-of-4B", html.table(
+            ["method", "n", "accuracy %", "generated tokens / problem", "PRM tokens / problem"],
+            [[r["method"], r["n"], f"{r['accuracy']:.1f}", f"{r['tokens']:.0f}",
+              "-" if r.get("prm_tokens") is None else f"{r['prm_tokens']:.0f}"]
+             for r in search["rows"]])))
     page = report.build(res.scored, title="prmkit demo: the lab world",
                         source="lab test candidates scored by the demo's PRM (steps) and ORM",
-                        extra=[("Summary", summary), ("Best-of-N (all methods)", bon),
-                               ("Monte Carlo labels against exact labels", labels),
-                               ("PRM-guided beam search against best-of-4B", srch)],
-                        bestofn=False)
+                        extra=extra, bestofn=False)
     with open(path, "w", encoding="utf-8") as f:
         f.write(page)
 

@@ -4,7 +4,7 @@ For each operation of a lab problem, of sentence kind c, :class:`StepPolicy` dra
 from softmax(theta_op[c]) and whether to show the calculation from sigmoid(theta_show[c]). A
 shown calculation slips with chance ``slip_shown``, a hidden one with ``slip_hidden``; later
 steps carry a wrong value on. The text is the world's wording, so any PRM reads it.
-:func:`fast_labels` equals :func:`prmkit.lab.world.problems.gold_labels` of the text.
+:func:`fast_labels` equals :func:`prmkit.world.problems.gold_labels` of the text.
 :meth:`StepPolicy.grad_log_prob` is REINFORCE's score function (Williams 1992), weighted per
 step by the trainer's advantages. :func:`stated_labels` are the gold labels with stated values
 checked (a hidden step whose result is wrong is the wrong step), and :class:`StatedGoldPRM`
@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from prmkit.lab.world.problems import (Problem, answer_text, apply, check_step, load_problem, number,
+from prmkit.world.problems import (Problem, answer_text, apply, check_step, load_problem, number,
                               step_text)
 
 KINDS = ("buys", "finds", "gets", "gives away", "loses", "sells", "mul", "div")
@@ -139,7 +139,7 @@ def hidden_text(problem: Problem, i: int, result: Fraction | int) -> str:
 def fast_labels(problem: Problem, steps: Sequence[str], shown: Sequence[bool],
                 final: Fraction | int) -> list[int]:
     """The gold labels of a :class:`StepPolicy` solution from its values, equal to
-    :func:`prmkit.lab.world.problems.gold_labels` of its text; a hidden step claims nothing, so it keeps the
+    :func:`prmkit.world.problems.gold_labels` of its text; a hidden step claims nothing, so it keeps the
     label before it and is never the first error."""
     values, at, ok, labels = problem.values, 0, True, []
     x: Fraction | int = problem.start
@@ -157,7 +157,7 @@ def fast_labels(problem: Problem, steps: Sequence[str], shown: Sequence[bool],
 
 
 def stated_labels(problem: Problem, steps: Sequence[str]) -> list[int]:
-    """Exact labels that also check stated values: :func:`prmkit.lab.world.problems.gold_labels`, except
+    """Exact labels that also check stated values: :func:`prmkit.world.problems.gold_labels`, except
     that a step that claims nothing checkable there (a result stated without its calculation)
     is checked on the result it states, as the result of a calculation is: right when it is a
     true value at or after where the solution stands. A hidden slip or a hidden wrong operator

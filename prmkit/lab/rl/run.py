@@ -126,7 +126,7 @@ class World:
 
 def make_world(cfg: LabRLConfig) -> World:
     from prmkit.lab.rl.policy import KINDS, kind_of
-    from prmkit.lab.world.problems import LabConfig, load_problem, make_problems
+    from prmkit.world.problems import LabConfig, load_problem, make_problems
 
     def problems(n: int, seed: int) -> list[Any]:
         return make_problems(LabConfig(n=n, min_steps=cfg.min_ops, max_steps=cfg.max_ops,
@@ -170,7 +170,7 @@ def base_samples(cfg: LabRLConfig) -> list[tuple[Any, Any]]:
     """(problem, sample) pairs: the base policy's ``prm_samples`` samples of each of
     ``prm_problems`` problems of their own, the training data of the trained PRM and the ORM."""
     from prmkit.lab.rl.policy import StepPolicy
-    from prmkit.lab.world.problems import LabConfig, load_problem, make_problems
+    from prmkit.world.problems import LabConfig, load_problem, make_problems
 
     records = make_problems(LabConfig(n=cfg.prm_problems, min_steps=cfg.min_ops,
                                       max_steps=cfg.max_ops, seed=30_000 + cfg.seed))
@@ -183,7 +183,7 @@ def base_samples(cfg: LabRLConfig) -> list[tuple[Any, Any]]:
 
 
 def train_prm(cfg: LabRLConfig) -> dict[str, Any]:
-    """Fit the trained PRM on the world's text labels (:func:`prmkit.lab.world.problems.gold_labels`,
+    """Fit the trained PRM on the world's text labels (:func:`prmkit.world.problems.gold_labels`,
     which do not check stated values) of the base policy's samples."""
     from prmkit.lab.verifiers import featureprm
 

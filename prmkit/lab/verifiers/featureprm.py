@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from prmkit.lab.world.problems import Problem, load_problem
+from prmkit.world.problems import Problem, load_problem
 
 FEATURES = ("bias", "hidden", "calc", "operator", "carry", "answer", "answer_carry")
 ORM_FEATURES = ("bias", "steps", "hidden", "calc", "operator", "carry", "answer_carry")
