@@ -209,7 +209,7 @@ class PRMTrainer(Trainer):
                                                    "train_dataset", args.dataset_num_proc)
         if dropped:
             print(f"PRMTrainer: {dropped} rows of train_dataset have no labelled step within "
-                  f"max_length and are not trained on")
+                  f"max_length and are not trained on", file=sys.stderr)
         evals = self._eval_rows(eval_dataset, args) if eval_dataset is not None else None
         super().__init__(model=model, args=args,
                          data_collator=data_collator or StepCollator(pad_id(processing_class)),

@@ -22,6 +22,7 @@ from transformers import TrainingArguments
 
 from prmkit.errors import PrmkitError
 
+
 class PRMConfigError(PrmkitError, TypeError):
     """A PRMConfig field that does not exist or cannot be honoured (a TypeError as well, as an
     unknown keyword is in Python)."""
@@ -101,11 +102,6 @@ def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def value_of(x: object) -> object:
-    """An enum's value (TrainingArguments turns strategy strings into enums), else ``x``."""
-    return getattr(x, "value", x)
 
 
 _FIELDS = {f.name for f in fields(PRMConfig) if f.init}
