@@ -226,7 +226,7 @@ SCRIPT = textwrap.dedent('''
     from prmkit import PRMConfig, PRMTrainer
     from test_prm_trainer import rows
     torch.manual_seed(0)
-    args = PRMConfig(output_dir=sys.argv[1], max_steps=40, per_device_train_batch_size=4,
+    args = PRMConfig(output_dir=sys.argv[1], max_steps=20, per_device_train_batch_size=4,
                      learning_rate=3e-3, logging_steps=1, report_to=[], save_strategy="steps",
                      save_steps=1, save_total_limit=2, bf16=False, seed=0, disable_tqdm=True)
     t = PRMTrainer(model=tiny.token_classifier(seed=0), args=args, train_dataset=rows(16),
