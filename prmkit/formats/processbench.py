@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from prmkit.errors import RecordError
 from prmkit.formats.common import build, extras, get, string_list, where_in_list
-from prmkit.records import (Record, atomic_output, first_error_from_labels, is_json_list,
-                            iter_json_list, iter_jsonl, labels_from_first_error, write_jsonl)
+from prmkit.records import (Record, atomic_output, first_error_from_labels, iter_jsonl,
+                            labels_from_first_error, write_jsonl)
+from prmkit.tables import is_json_list, iter_json_list
 
 if TYPE_CHECKING:
     from prmkit.formats.options import ConvertOptions

@@ -32,6 +32,7 @@ from transformers import Trainer
 from prmkit.errors import PrmkitError
 from prmkit.models import folder as modeldir
 from prmkit.models.folder import resolve_model_path
+from prmkit.models.reading import pad_right
 from prmkit.train import trlcheckpoint
 from prmkit.train.common import auc, pad_id
 from prmkit.train.loop import Example, LoopConfig, set_trainable
@@ -106,17 +107,8 @@ class StepCollator:
         self.pad = pad
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
-        import torch
-
-        width = max(len(f["input_ids"]) for f in features)
-        ids = torch.full((len(features), width), self.pad, dtype=torch.long)
-        mask = torch.zeros((len(features), width), dtype=torch.long)
-        labels = torch.full((len(features), width), -100, dtype=torch.long)
-        for b, f in enumerate(features):
-            n = len(f["input_ids"])
-            ids[b, :n] = torch.as_tensor(f["input_ids"])
-            mask[b, :n] = 1
-            labels[b, :n] = torch.as_tensor(f["labels"])
+        ids, mask = pad_right([f["input_ids"] for f in features], self.pad)
+        labels, _ = pad_right([f["labels"] for f in features], -100)
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
