@@ -33,6 +33,7 @@ import numpy as np
 from prmkit import select
 from prmkit.aggregate import AGGREGATES
 from prmkit.errors import PrmkitError
+from prmkit.evaluate.bootstrap import resamples
 from prmkit.records import Record
 
 PAPER = "Lightman et al. 2023, Let's Verify Step by Step, arXiv:2305.20050"
@@ -190,7 +191,7 @@ def curve(records: Sequence[Record], config: BestOfNConfig | None = None) -> dic
         hits = draw_hits(c, keep, methods, n, config.draws, rng, config.weight_by)
         for m in methods:
             per_problem = hits[m].mean(axis=0)
-            boot = rng.integers(0, len(keep), size=(config.bootstrap, len(keep)))
+            boot = resamples(len(keep), config.bootstrap, rng)
             means = per_problem[boot].mean(axis=1) * 100
             out[m].append({"n": n, "accuracy": float(per_problem.mean() * 100),
                            "ci95": [float(np.percentile(means, 2.5)),

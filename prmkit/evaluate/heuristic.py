@@ -43,12 +43,15 @@ def features(record: Record) -> np.ndarray:
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1.0, iterations: int = 100,
-                 ) -> np.ndarray:
-    """Weights ``[bias, w...]`` of an L2-regularised logistic regression (Newton's method).
+                 tol: float = 1e-10, add_bias: bool = True) -> np.ndarray:
+    """Weights ``[bias, w...]`` of an L2-regularised logistic regression (Newton's method),
+    prmkit's one logistic fit.
 
-    ``x`` has no bias column; ``y`` holds 0/1 targets. The bias is not penalised.
+    ``y`` holds 0/1 targets. With ``add_bias`` a bias column is put before ``x``'s; without it
+    ``x``'s first column is the bias. The bias is not penalised. Newton's steps stop after
+    ``iterations`` or when no weight moves by ``tol`` or more.
     """
-    z = np.c_[np.ones(len(x)), x]
+    z = np.c_[np.ones(len(x)), x] if add_bias else x
     w = np.zeros(z.shape[1])
     penalty = np.full(z.shape[1], l2)
     penalty[0] = 0.0
@@ -58,7 +61,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1.0, iterations: int 
         hess = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(len(w))
         step = np.linalg.solve(hess, grad)
         w -= step
-        if np.max(np.abs(step)) < 1e-10:
+        if np.max(np.abs(step)) < tol:
             break
     return w
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from prmkit.errors import PrmkitError
 from prmkit.evaluate import bestofn
+from prmkit.evaluate.bootstrap import bootstrap_means
 from prmkit.records import Record
 
 
@@ -69,8 +70,7 @@ def paired_difference(a: Mapping[str, float], b: Mapping[str, float], bootstrap:
     if not common:
         raise PrmkitError("no problem in common between the two methods")
     d = np.array([a[k] - b[k] for k in common]) * 100.0
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, len(d), size=(bootstrap, len(d)))].mean(axis=1)
+    means = bootstrap_means(d, bootstrap, seed)
     lo = round(float(np.percentile(means, 2.5)), 3)   # the verdict reads the interval as
     hi = round(float(np.percentile(means, 97.5)), 3)  # written, so the two always agree
     return Claim(holds=bool(lo > -margin), difference=round(float(d.mean()), 3),

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from prmkit.evaluate.bootstrap import bootstrap_means, resamples
 from prmkit.evaluate.paired import Claim, paired_difference
 
 __all__ = ["Claim", "paired_difference", "paired", "ratio_difference", "percentile_interval",
@@ -58,8 +59,7 @@ def paired(a: Mapping[str, float], b: Mapping[str, float], level: float = 0.95,
         return paired_difference(a, b, bootstrap, seed, margin)
     common = sorted(set(a) & set(b))
     d = np.array([a[k] - b[k] for k in common]) * 100.0
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, len(d), size=(bootstrap, len(d)))].mean(axis=1)
+    means = bootstrap_means(d, bootstrap, seed)
     lo, hi = percentile_interval(means, level)
     return Claim(holds=bool(lo > -margin), difference=round(float(d.mean()), 3), ci95=[lo, hi],
                  problems=len(common))
@@ -71,7 +71,7 @@ def ratio_difference(cols: np.ndarray, bootstrap: int = 10000, seed: int = 0,
     x2, y2) per problem: the point estimate, the paired percentile interval (resamples with a
     zero denominator left out) and how many resamples were left out."""
     n = len(cols)
-    idx = np.random.default_rng(seed).integers(0, n, size=(bootstrap, n))
+    idx = resamples(n, bootstrap, np.random.default_rng(seed))
     sums = cols[idx].sum(axis=1)
     ok = (sums[:, 1] > 0) & (sums[:, 3] > 0)
     diffs = 100.0 * (sums[ok, 0] / sums[ok, 1] - sums[ok, 2] / sums[ok, 3])
@@ -183,8 +183,7 @@ def paired_holm(pairs: Mapping[str, tuple[Mapping[str, float], Mapping[str, floa
     for name, (a, b) in pairs.items():
         common = sorted(set(a) & set(b))
         d = np.array([a[k] - b[k] for k in common]) * 100.0
-        rng = np.random.default_rng(seed)
-        draws[name] = d[rng.integers(0, len(d), size=(bootstrap, len(d)))].mean(axis=1)
+        draws[name] = bootstrap_means(d, bootstrap, seed)
         points[name] = (round(float(d.mean()), 3), len(common))
     out: dict[str, dict[str, Any]] = {}
     for name, h in holm_draws(draws, margin, level).items():

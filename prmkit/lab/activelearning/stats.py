@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from prmkit.evaluate.bootstrap import resamples
 from prmkit.lab import stats
 
 ARMS = ("uniform", "active", "random-wrong")
@@ -53,8 +54,8 @@ def efficiency(curves: dict[str, dict[int, np.ndarray]], a: str, b: str, budgets
                                [100 * curves[b][k].mean() for k in budgets])
     seeds, problems = curves[a][budgets[0]].shape
     rng = np.random.default_rng(seed)
-    pidx = rng.integers(0, problems, size=(bootstrap, problems))
-    sidx = rng.integers(0, seeds, size=(bootstrap, seeds))
+    pidx = resamples(problems, bootstrap, rng)
+    sidx = resamples(seeds, bootstrap, rng)
     qa = np.stack([resampled_quality(curves[a][k], pidx, sidx) for k in budgets], axis=1)
     qb = np.stack([resampled_quality(curves[b][k], pidx, sidx) for k in budgets], axis=1)
     ratios = [shared_slope_ratio(xs, qa[i], qb[i]) for i in range(bootstrap)]
@@ -85,8 +86,8 @@ def figures(config: Any, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
             aucs[arm][k] = [r["step_auc"] for r in rows]
     rng = np.random.default_rng(config.seed)
     seeds = config.seeds
-    pidx = rng.integers(0, len(problems), size=(BOOTSTRAP, len(problems)))
-    sidx = rng.integers(0, seeds, size=(BOOTSTRAP, seeds))
+    pidx = resamples(len(problems), BOOTSTRAP, rng)
+    sidx = resamples(seeds, BOOTSTRAP, rng)
     table = {}
     for arm in ARMS:
         table[arm] = []

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from prmkit.errors import PrmkitError
+from prmkit.evaluate.bootstrap import resamples as draw_resamples
 from prmkit.lab.stats import holm_draws, percentile_interval
 
 RATIO = 4               # Snell et al. 2024: compute-optimal against best-of-N with 4x the compute
@@ -209,8 +210,8 @@ def bootstrap(data: Data, binning: str, charge_probe: bool, resamples: int, seed
     rng = np.random.default_rng(seed)
     n_problems = data.curves.shape[0]
     out = []
-    for _ in range(resamples):
-        counts = np.bincount(rng.integers(0, n_problems, n_problems), minlength=n_problems)
+    for idx in draw_resamples(n_problems, resamples, rng):
+        counts = np.bincount(idx, minlength=n_problems)
         out.append(figures(data, binning, counts.astype(float), charge_probe))
     return out
 

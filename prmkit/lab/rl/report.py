@@ -8,6 +8,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from prmkit.evaluate.bootstrap import resamples
+
 
 def _png(fig: Any) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -31,7 +33,7 @@ def curves_png(result: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) ->
     for arm, rs in runs.items():
         c = 100 * np.array([r["curve"] for r in rs])
         x = per * np.arange(c.shape[1])
-        means = c[rng.integers(0, len(c), size=(500, len(c)))].mean(axis=1)
+        means = c[resamples(len(c), 500, rng)].mean(axis=1)
         line = ax.plot(x, c.mean(axis=0), label=f"{arm} (lr {result['arms'][arm]['lr']:g})")[0]
         ax.fill_between(x, np.percentile(means, 2.5, axis=0), np.percentile(means, 97.5, axis=0),
                         color=line.get_color(), alpha=0.15, linewidth=0)

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from prmkit.evaluate.bootstrap import bootstrap_means, resamples
 from prmkit.lab.stats import cover, paired_difference, percentile_interval, verdict, write_summary
 
 PRIMARY = "step_rewards_learn_faster"
@@ -81,7 +82,7 @@ def ratio_claim(base: np.ndarray, arm: np.ndarray, per_update: float, target: fl
     rng = np.random.default_rng(seed)
     n = len(base)
     draws = [sample_ratio(base[idx], arm[idx], per_update, target)
-             for idx in rng.integers(0, n, size=(bootstrap, n))]
+             for idx in resamples(n, bootstrap, rng)]
     ratio = round(float(ratio), 3)
     lo, hi = cover(ratio, *percentile_interval([d[0] for d in draws]))
 
@@ -114,10 +115,8 @@ def auc_claim(base: np.ndarray, arm: np.ndarray, bootstrap: int, seed: int,
 
 def mean_ci(values: Sequence[float], bootstrap: int, seed: int) -> tuple[float, list[float]]:
     """The mean of ``values`` and its 95% percentile-bootstrap interval."""
-    v = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = v[rng.integers(0, len(v), size=(bootstrap, len(v)))].mean(axis=1)
-    mean = round(float(v.mean()), 3)
+    means = bootstrap_means(values, bootstrap, seed)
+    mean = round(float(np.mean(values)), 3)
     return mean, list(cover(mean, *percentile_interval(means)))
 
 

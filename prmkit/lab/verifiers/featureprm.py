@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from prmkit.evaluate.heuristic import fit_logistic
 from prmkit.world.problems import Problem, load_problem
 
 FEATURES = ("bias", "hidden", "calc", "operator", "carry", "answer", "answer_carry")
@@ -125,17 +126,6 @@ def hazard_rows(problem: Problem, steps: Sequence[str], labels: Sequence[int]) -
 
 
 def fit(x: np.ndarray, y: np.ndarray, l2: float = 1e-2, iterations: int = 50) -> np.ndarray:
-    """Logistic regression of ``y`` on ``x`` (L2 penalty ``l2`` on every weight but the bias),
-    by Newton's method."""
-    w = np.zeros(x.shape[1])
-    penalty = np.full(x.shape[1], l2)
-    penalty[0] = 0.0
-    for _ in range(iterations):
-        p = 1.0 / (1.0 + np.exp(-(x @ w)))
-        grad = x.T @ (p - y) + penalty * w
-        hess = (x * (p * (1 - p))[:, None]).T @ x + np.diag(penalty + 1e-9)
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if np.abs(step).max() < 1e-8:
-            break
-    return w
+    """Logistic regression of ``y`` on ``x`` (whose first column is the bias; L2 penalty ``l2``
+    on every weight but the bias): :func:`prmkit.evaluate.heuristic.fit_logistic`."""
+    return fit_logistic(x, y, l2=l2, iterations=iterations, tol=1e-8, add_bias=False)
