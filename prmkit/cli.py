@@ -19,6 +19,7 @@ from prmkit.cliutil import (AGGREGATE_CHOICES, EPILOG_RECORDS, Formatter, add_co
                             add_model_run_options, add_parser, add_scale_options,
                             check_inputs_not_empty, check_output_is_not_input, config_from_args)
 from prmkit.errors import PrmkitError
+from prmkit.resume import Header, add_outside, args_identity, resumable
 from prmkit.generate.cli import add_generate
 from prmkit.label.cli import add_label
 from prmkit.lab.cli import add_lab
@@ -115,15 +116,16 @@ def _add_score(sub: Any) -> None:
                         "the threshold it was tuned for; its model card gives its figures. It "
                         "is a CPU example, not a strong PRM. For real use, pass a public PRM by "
                         "its hub id (listed above) or a folder of one.")
-    p.add_argument("--token", default=None,
-                   help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN, or "
-                        "its alias $PRMKIT_SERVE_TOKEN)")
+    add_outside(p, "--token", default=None,
+                help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN, or its "
+                     "alias $PRMKIT_SERVE_TOKEN)")
     p.add_argument("--format", default=None,
                    help="step format preset or prmkit_format.json path; default: the format "
                         "saved in the model folder. With --backend generative, the verifier's "
                         "template: thinkprm, genprm or plain (the default)")
-    p.add_argument("--input", required=True, help="records (prmkit JSONL)")
-    p.add_argument("--output", required=True, help="where to write the scored records")
+    # the input records are checked one by one against OUT.partial's, not by their path
+    add_outside(p, "--input", required=True, help="records (prmkit JSONL)")
+    add_outside(p, "--output", required=True, help="where to write the scored records")
     p.add_argument("--per-prefix", action="store_true",
                    help="slow reference mode: score every prefix in its own forward pass "
                         "(for checking a new model or format against one-pass scoring)")
@@ -136,14 +138,15 @@ def _add_score(sub: Any) -> None:
     add_model_run_options(p, "auto = bfloat16 where native, else float32; use float32 for "
                              "exact comparisons",
                           "cut solutions to this many tokens (default: the model's maximum)")
-    p.add_argument("--chunk", type=int, default=64,
-                   help="records scored between two writes of the partial output")
+    add_outside(p, "--chunk", type=int, default=64,
+                help="records scored between two writes of the partial output")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the model folder's own Python code (off by default)")
-    p.add_argument("--no-resume", action="store_true",
-                   help="ignore OUT.partial from an earlier run and start again")
+    add_outside(p, "--no-resume", action="store_true",
+                help="ignore OUT.partial from an earlier run and start again")
     add_scale_options(p)
     p.set_defaults(run=_run_score)
+    resumable(p)
 
 
 def _run_score(args: argparse.Namespace) -> int:
@@ -152,7 +155,7 @@ def _run_score(args: argparse.Namespace) -> int:
     from prmkit.formats.detect import read_records
     from prmkit.records import check_output_path
     from prmkit.distributed import ray_config
-    from prmkit.scoring import open_scorer, score_records, score_settings
+    from prmkit.scoring import model_identity, open_scorer, score_records
 
     check_output_path(args.output)  # the arguments first, then the records, then the model
     if args.chunk < 1:
@@ -163,20 +166,18 @@ def _run_score(args: argparse.Namespace) -> int:
     kind = model_kind(args.model)
     from prmkit.models.sharing.prefix import has_groups
 
-    # in the settings only where it changes the batches: two records of a group, one problem
     share = not args.no_share_prefix and has_groups(records)
     ray = ray_config(args)
     from prmkit.verify.load import generation_of
 
-    generation, gen_settings = generation_of(args)
+    generation, _ = generation_of(args)
+    # every option (a server by what it serves) is the partial file's header: a resume matches it
+    header = Header("score", args_identity(args, model=model_identity(args.model, args.token)))
     result = score_records(records, functools.partial(open_scorer, args.backend, args.model,
                                                       args.token, args.format, config, generation),
                            args.output, resume=not args.no_resume, kind=kind,
                            per_prefix=args.per_prefix, chunk=args.chunk, share_prefix=share,
-                           settings=score_settings(args.model, args.format, config,
-                                                   args.per_prefix, kind, share, args.backend,
-                                                   gen_settings),
-                           ray=ray)
+                           header=header, ray=ray)
     if result.sharing is not None:
         print(result.sharing.summary(), file=sys.stderr)
     if hasattr(getattr(result.prm, "stats", None), "summary"):   # a generative PRM's parse rate

@@ -5,11 +5,12 @@ A config field becomes ``--field-name`` with the field's default and its ``metad
 bool field becomes a flag (``--name`` when it defaults to False, ``--no-name`` when True); a field
 whose type is itself a dataclass (a nested config) is flattened: its fields become options of
 their own, in an argument group titled by ``metadata["group"]``, and :func:`config_from_args`
-builds the nested config back. A field with ``metadata={"cli": False}`` is not an option.
+builds the nested config back. A field with ``metadata={"cli": False}`` is not an option; one
+with ``metadata={"identity": False}`` is an option outside a resume's identity (prmkit.resume).
 It also holds the checks every command gets before it runs: an output path that is one of the
 inputs is refused, and an empty input file is named. ARCHITECTURE.md, "Layers": this module
-imports only the errors and the dtypes of prmkit.models.reading at its top (the options of
-scaling out, inside their functions), so every CLI module may import it.
+imports only the errors, prmkit.resume's markers and the dtypes of prmkit.models.reading at its
+top (the options of scaling out, inside their functions), so every CLI module may import it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from prmkit.errors import PrmkitError
 from prmkit.models.reading import DTYPES
+from prmkit.resume import in_identity, outside_identity
 
 EPILOG_RECORDS = ("Records are JSONL, one object per line, with the fields id, problem, steps, "
                   "labels, first_error, answer, reference, is_correct, group, step_scores, meta "
@@ -130,10 +132,14 @@ def _is_config(tp: Any) -> bool:
 
 
 def add_config_options(parser: Any, cls: Any, skip: tuple[str, ...] = (),
-                       mark_optional: bool = True) -> None:
+                       mark_optional: bool = True, defaults: Any = None) -> None:
     """Add an option for every field of the dataclass ``cls`` (nested configs flattened, in an
     argument group when the field's metadata names one); ``metadata["choices"]`` limits the
-    values; ``mark_optional`` adds "(optional)" to the help of a field that may be None."""
+    values; ``mark_optional`` adds "(optional)" to the help of a field that may be None. A field
+    marked ``metadata={"identity": False}`` gives an option outside a resume's identity
+    (:mod:`prmkit.resume`). A nested config's defaults are those of the instance its field's
+    ``default_factory`` makes (``defaults``), so one command may default a shared config
+    otherwise."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip or not f.metadata.get("cli", True):
@@ -142,25 +148,32 @@ def add_config_options(parser: Any, cls: Any, skip: tuple[str, ...] = (),
         if _is_config(tp):
             group = parser.add_argument_group(f.metadata["group"]) if "group" in f.metadata \
                 else parser
-            add_config_options(group, tp, skip, mark_optional)
+            inner = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+            add_config_options(group, tp, skip, mark_optional, inner)
             continue
-        flag = "--" + f.name.replace("_", "-")
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        help_text = f.metadata.get("help", "")
-        if tp is bool:
-            if f.default:
-                parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name,
-                                    action="store_false",
-                                    help=f"turn off what is on by default: {help_text}")
-            else:
-                parser.add_argument(flag, dest=f.name, action="store_true", help=help_text)
-            continue
-        kwargs: dict[str, Any] = {k: f.metadata[k] for k in ("choices", "metavar")
-                                  if k in f.metadata}
-        parser.add_argument(flag, dest=f.name, type=tp, required=required,
-                            default=None if required else f.default,
-                            help=help_text + (" (optional)" if optional and mark_optional else ""),
-                            **kwargs)
+        default = getattr(defaults, f.name) if defaults is not None else f.default
+        action = _add_field(parser, f, tp, optional and mark_optional, default)
+        if not in_identity(f):
+            outside_identity(action)
+
+
+def _add_field(parser: Any, f: dataclasses.Field, tp: Any, mark_optional: bool,
+               default: Any) -> Any:
+    """The option of one config field (a flag for a bool), ``default`` its default; returns its
+    argparse action."""
+    flag = "--" + f.name.replace("_", "-")
+    required = default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    help_text = f.metadata.get("help", "")
+    if tp is bool:
+        if default:
+            return parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name,
+                                       action="store_false",
+                                       help=f"turn off what is on by default: {help_text}")
+        return parser.add_argument(flag, dest=f.name, action="store_true", help=help_text)
+    kwargs: dict[str, Any] = {k: f.metadata[k] for k in ("choices", "metavar") if k in f.metadata}
+    return parser.add_argument(flag, dest=f.name, type=tp, required=required,
+                               default=None if required else default,
+                               help=help_text + (" (optional)" if mark_optional else ""), **kwargs)
 
 
 def config_from_args(cls: Any, args: argparse.Namespace, **extra: Any) -> Any:

@@ -50,16 +50,19 @@ MAX_DEATHS = 3           # worker deaths one batch may see before the run ends
 
 @dataclass
 class RayConfig:
-    """Where and how wide a job runs on Ray (off when ``ray`` is None)."""
+    """Where and how wide a job runs on Ray (off when ``ray`` is None). None of it is in a
+    resume's identity (:mod:`prmkit.resume`): a run on workers continues a local one's partial."""
 
     ray: str | None = field(default=None, metadata={
-        "metavar": "ADDRESS",
+        "metavar": "ADDRESS", "identity": False,
         "help": "spread records over Ray workers: auto (the cluster running on this machine), "
                 "local (a private instance) or a cluster address"})
-    workers: int = field(default=2, metadata={"help": "--ray: workers, each loading the model once"})
-    worker_cpus: float = field(default=1.0, metadata={"help": "--ray: CPUs each worker reserves"})
+    workers: int = field(default=2, metadata={
+        "help": "--ray: workers, each loading the model once", "identity": False})
+    worker_cpus: float = field(default=1.0, metadata={
+        "help": "--ray: CPUs each worker reserves", "identity": False})
     worker_gpus: float = field(default=0.0, metadata={
-        "help": "--ray: GPUs each worker reserves (1 = one worker per GPU)"})
+        "help": "--ray: GPUs each worker reserves (1 = one worker per GPU)", "identity": False})
 
     def __post_init__(self) -> None:
         if self.workers < 1:

@@ -9,7 +9,9 @@ Every reader reports a bad line as ``FILE:LINE: field 'X': what is wrong`` throu
 :class:`prmkit.errors.RecordError`. Every writer writes to a temporary file beside the output
 and renames it at the end, so a failed run never leaves half a file where the output should be.
 Long jobs that must resume use :class:`ResumableWriter` instead: it appends finished records to
-``OUT.partial`` as it goes and renames that file to ``OUT`` when the job completes.
+``OUT.partial`` as it goes and renames that file to ``OUT`` when the job completes (the commands
+reach it through :class:`prmkit.resume.Partial`, which adds the header every resume is checked
+against).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from prmkit.errors import ListElement, PrmkitError, RecordError
 from prmkit.tables import is_json_list, is_table, iter_json_list, iter_rows, kind_name
@@ -325,34 +327,6 @@ def write_records(path: str, records: Iterable[Record]) -> int:
     return write_jsonl(path, (r.to_dict() for r in records))
 
 
-def check_resume(output: str, done: dict[str, dict[str, Any]], belongs: Callable[[dict[str, Any]], bool],
-                 settings: dict[str, Any],
-                 stored: Callable[[dict[str, Any]], dict[str, Any]] = lambda row: row.get("meta") or {},
-                 ) -> None:
-    """Refuse to continue ``OUTPUT.partial`` (:class:`ResumableWriter`) when a finished row there
-    is not one this run would write (``belongs``), or was made with other ``settings`` (compared
-    with ``stored(row)``, by default the row's ``meta``), so a resumed file never mixes runs."""
-    for rid, row in done.items():
-        if not belongs(row):
-            raise PrmkitError(f"{output}.partial holds record {rid!r}, which this run would not "
-                              f"write (other input or settings?); use --no-resume to start again")
-        check_settings(output, stored(row), settings)
-
-
-def check_settings(output: str, old: dict[str, Any], settings: dict[str, Any]) -> None:
-    """Refuse when a setting in ``old`` (what ``OUTPUT.partial`` was written with) differs from
-    this run's, naming it (for a dict of settings, the entry that differs)."""
-    for name, value in settings.items():
-        if name not in old or old[name] == value:
-            continue
-        was = old[name]
-        if isinstance(was, dict) and isinstance(value, dict):
-            name = next(k for k in sorted(set(was) | set(value)) if was.get(k) != value.get(k))
-            was, value = was.get(name), value.get(name)
-        raise PrmkitError(f"{output}.partial was written with {name}={json.dumps(was)}, this "
-                          f"run has {name}={json.dumps(value)}; use --no-resume to start again")
-
-
 def check_output_path(path: str) -> None:
     """Fail early (before any model is loaded) when ``path`` cannot be written: its folder is
     missing or it is a folder."""
@@ -360,24 +334,6 @@ def check_output_path(path: str) -> None:
         raise PrmkitError(f"{path}: the folder does not exist")
     if os.path.isdir(path):
         raise PrmkitError(f"{path}: is a directory, expected a file")
-
-
-def read_partial(path: str) -> dict[str, dict[str, Any]]:
-    """The finished rows of ``path``'s partial file by id (empty when there is none), read
-    without changing it."""
-    rows: dict[str, dict[str, Any]] = {}
-    if not os.path.isfile(path + ".partial"):
-        return rows
-    with open(path + ".partial", "rb") as f:
-        for raw in f:
-            try:
-                obj = json.loads(raw.decode("utf-8")) if raw.endswith(b"\n") else None
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                obj = None
-            if not isinstance(obj, dict) or "id" not in obj:
-                break
-            rows[str(obj["id"])] = obj
-    return rows
 
 
 class ResumableWriter:

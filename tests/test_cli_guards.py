@@ -10,6 +10,7 @@ import pytest
 
 from prmkit import cli
 from prmkit.records import Record, read_records, write_records
+from partials import killed
 import tiny
 
 
@@ -135,30 +136,10 @@ def score(capsys, model, src, out, *extra):
 
 
 def make_partial(capsys, model, src, out, *extra, keep=2):
-    """A finished run's output cut back to a partial of its first ``keep`` records."""
-    rc, _, err = score(capsys, model, src, out, *extra)
-    assert rc == 0, err
-    partial = out.parent / (out.name + ".partial")
-    rows = out.read_text().splitlines(keepends=True)
-    header = partial_header(capsys, model, src, out, *extra)
-    partial.write_text(header + "".join(rows[:keep]))
-    os.unlink(out)
-
-
-def partial_header(capsys, model, src, out, *extra):
-    """The settings line a run writes at the head of its partial file."""
-    probe = out.parent / "probe.jsonl"
-    write_records(str(probe), read_records(str(src))[:1])
-    from prmkit.models.reading import HFConfig
-    from prmkit.scoring import SETTINGS_ID, score_settings
-    import json
-
-    args = dict(zip(extra[::2], extra[1::2]))
-    config = HFConfig(dtype=args.get("--dtype", "float32"),
-                      max_length=int(args["--max-length"]) if "--max-length" in args else None)
-    settings = score_settings(str(model), args.get("--format", "math-shepherd"), config,
-                              False, "prm")
-    return json.dumps({"id": SETTINGS_ID, "settings": settings}) + "\n"
+    """The partial file of a run killed after its first ``keep`` records (its header first)."""
+    killed(["score", "--model", model, "--format", "math-shepherd", "--input", src, "--output",
+            out, "--dtype", "float32", *extra], str(out) + ".partial", keep)
+    capsys.readouterr()
 
 
 def test_score_resumes_its_own_partial_to_the_same_output(models, data, tmp_path, capsys):

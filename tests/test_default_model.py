@@ -8,7 +8,7 @@ import os
 
 from prmkit.models import folder, load
 from prmkit.models.pypi import DEFAULT_PRM_DIR, is_default
-from prmkit.scoring import score_settings
+from prmkit.scoring import model_identity
 
 
 def test_default_is_the_shipped_prm_even_beside_a_folder_of_that_name(tmp_path, monkeypatch):
@@ -21,5 +21,5 @@ def test_default_is_the_shipped_prm_even_beside_a_folder_of_that_name(tmp_path, 
     assert folder.saved_threshold("default") is not None
     assert folder.threshold_for("default", None) == folder.threshold_for(None, None)
     assert folder.kind_of("default") == load.model_kind("default") == "prm"
-    assert score_settings("default", None, None)["model"] == "default"
-    assert score_settings("./default", None, None)["model"] == os.path.abspath("default")
+    assert model_identity("default") == model_identity(None) == "default"
+    assert model_identity("./default") == os.path.abspath("default")

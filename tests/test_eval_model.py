@@ -83,10 +83,9 @@ def test_processbench_with_a_model_records_dtype_and_resumes(tmp_path, capsys):
 
     # a kill after 5 records: the rerun scores only the other 7 and gives the same figures
     lines = saved.read_text().splitlines(keepends=True)
-    from prmkit.scoring import SETTINGS_ID, score_settings
+    from partials import header_of
 
-    head = json.dumps({"id": SETTINGS_ID, "settings": score_settings(
-        str(model), "math-shepherd", HFConfig(dtype="float32"))}) + "\n"  # what a run writes first
+    head = header_of(argv, tmp_path / "r.scores.jsonl.partial")   # what a run writes first
     (tmp_path / "r.scores.jsonl.partial").write_text(head + "".join(lines[:5]) + lines[5][:20])
     os.unlink(saved)
     capsys.readouterr()

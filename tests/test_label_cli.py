@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import pytest
 
@@ -65,7 +66,11 @@ def test_label_mc_on_the_lab_policy(tmp_path, lab_solutions, capsys):
         assert r.first_error is not None and len(mc["correct"]) == len(r.steps)
         assert mc["rollouts_spent"] == 4 * sum(s == 4 for s in mc["samples"] if s)
     # the same command again: everything is finished, nothing is redone
-    out.rename(str(out) + ".partial")
+    from partials import header_of
+
+    head = header_of(argv, str(out) + ".partial")
+    (tmp_path / "mc.jsonl.partial").write_text(head + out.read_text())
+    os.unlink(out)
     assert cli.main([str(a) for a in argv]) == 0
     assert "resuming: 6 of 6 records already labelled" in capsys.readouterr().err
     assert read_records(str(out)) == recs

@@ -60,6 +60,7 @@ def test_kill_and_resume_loses_nothing_and_duplicates_nothing(tmp_path):
         run_job(fresh(recs), labeler(Crashing(scripted(profiles), 4), config), str(out),
                 key="mc", settings=config.settings(), progress=False)
     partial = [json.loads(line) for line in (tmp_path / "b.jsonl.partial").read_text().splitlines()]
+    assert partial.pop(0)["id"] == "__prmkit_partial__"    # the header (prmkit/resume.py)
     finished = {row["id"] for row in partial}
     assert 0 < len(finished) < len(recs) and len(partial) == len(finished)
     assert not out.exists()
@@ -86,8 +87,8 @@ def test_a_torn_last_line_is_redone(tmp_path):
                 settings=config.settings(), progress=False)
     path = tmp_path / "c.jsonl.partial"
     lines = path.read_text().splitlines(keepends=True)
-    assert len(lines) == 2
-    path.write_text(lines[0] + lines[1][:40])          # killed in the middle of a write
+    assert len(lines) == 3                             # the header, then 2 records
+    path.write_text(lines[0] + lines[1] + lines[2][:40])   # killed in the middle of a write
     rows, summary = run_job(fresh(recs), labeler(scripted(profiles), config), out, key="mc",
                             settings=config.settings(), progress=False)
     assert summary.resumed == 1 and len(rows) == 4

@@ -12,9 +12,10 @@ import os
 import pytest
 
 from prmkit.errors import PrmkitError, RecordError
-from prmkit.records import (FIELDS, Record, ResumableWriter, atomic_output, check_resume,
+from prmkit.records import (FIELDS, Record, ResumableWriter, atomic_output,
                             first_error_from_labels, iter_jsonl, iter_records,
                             labels_from_first_error, read_records, write_jsonl, write_records)
+from prmkit.resume import check_resume
 
 NAN = float("nan")
 INF = float("inf")

@@ -67,12 +67,10 @@ def test_score_backend_vllm_equals_hf(fake_vllm, model, tmp_path, capsys):
     part = tmp_path / "mixed.jsonl.partial"
     assert cli.main(base + ["--output", str(tmp_path / "mixed.jsonl"), "--chunk", "1"]) == 0
     lines = (tmp_path / "mixed.jsonl").read_text().splitlines(keepends=True)
-    from prmkit.models.reading import HFConfig
-    from prmkit.scoring import SETTINGS_ID, score_settings
+    from partials import header_of
 
-    head = {"id": SETTINGS_ID, "settings": score_settings(model, "trl", HFConfig(dtype="float32"),
-                                                          share_prefix=True)}
-    part.write_text(json.dumps(head) + "\n" + lines[0])
+    head = header_of(base + ["--output", str(tmp_path / "mixed.jsonl"), "--chunk", "1"], part)
+    part.write_text(head + lines[0])
     assert cli.main(base + ["--output", str(tmp_path / "mixed.jsonl"), "--backend", "vllm"]) == 2
     assert "backend" in capsys.readouterr().err
 

@@ -96,7 +96,7 @@ def test_kill_the_driver_then_rerun(setup):
     out = folder / "ray.jsonl"
     proc = subprocess.Popen(command(folder, out, "--ray", "local", "--workers", "2"), env=env(),
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_for(f"{out}.partial", 1 + 12, proc)                  # the settings line, 12 records
+    wait_for(f"{out}.partial", 1 + 12, proc)                  # the header, 12 records
     os.killpg(proc.pid, signal.SIGKILL)                        # the driver and its Ray
     proc.wait()
     done = [json.loads(x)["id"] for x in lines(f"{out}.partial")[1:] if x.endswith("}")]

@@ -360,27 +360,34 @@ def test_resume_after_a_kill_gives_the_same_records(tmp_path, method):
     summary = run_search(method, qs, fake, CHAT, Oracle(Scores()), str(killed), config, progress=False)
     assert summary.searched == 1 and summary.problems == 3
     assert _rows(killed) == _rows(whole)
-    # another n is refused, not mixed in
+    # a partial without its header (the first line of a finished output) is refused, not mixed in
     (tmp_path / "x.jsonl.partial").write_text((tmp_path / "whole.jsonl").read_text().splitlines()[0] + "\n")
-    with pytest.raises(PrmkitError, match="n=4"):
+    with pytest.raises(PrmkitError, match="x.jsonl.partial holds 1 finished rows but no header"):
         run_search(method, qs, gen(), CHAT, Oracle(Scores()), str(tmp_path / "x.jsonl"),
                    METHODS[method][1](n=8, m=2), progress=False)
-    # so are another PRM dtype, other search settings and other problem texts
-    settings = {"prm_dtype": "float32"}
+    # so are another n, another PRM dtype, other search settings and other problem texts
+    from prmkit.resume import Header
+    from prmkit.search.run import search_header
+
+    def header(config, dtype="float32"):
+        return Header("search", {**search_header(method, config, "", "", 1).identity,
+                                 "prm_dtype": dtype})
+
     with pytest.raises(KeyboardInterrupt):
         run_search(method, qs, gen(), CHAT, Oracle(Scores()), str(tmp_path / "y.jsonl"), config,
-                   progress=False, on_chunk=kill, run_settings=settings)
+                   progress=False, on_chunk=kill, header=header(config))
     with pytest.raises(PrmkitError, match='prm_dtype="float32", this run has prm_dtype="bfloat16"'):
         run_search(method, qs, gen(), CHAT, Oracle(Scores()), str(tmp_path / "y.jsonl"), config,
-                   progress=False, run_settings={"prm_dtype": "bfloat16"})
-    other = dataclasses.replace(config, temperature=config.temperature + 0.5)
-    with pytest.raises(PrmkitError, match="temperature="):
-        run_search(method, qs, gen(), CHAT, Oracle(Scores()), str(tmp_path / "y.jsonl"), other,
-                   progress=False, run_settings=settings)
+                   progress=False, header=header(config, "bfloat16"))
+    for other, named in ((dataclasses.replace(config, temperature=config.temperature + 0.5),
+                          "temperature="), (METHODS[method][1](n=8, m=2), "n=4")):
+        with pytest.raises(PrmkitError, match=named):
+            run_search(method, qs, gen(), CHAT, Oracle(Scores()), str(tmp_path / "y.jsonl"),
+                       other, progress=False, header=header(other))
     changed = [dataclasses.replace(q, problem=q.problem + " ") for q in qs]
     with pytest.raises(PrmkitError, match="would not write"):
         run_search(method, changed, gen(), CHAT, Oracle(Scores()), str(tmp_path / "y.jsonl"),
-                   config, progress=False, run_settings=settings)
+                   config, progress=False, header=header(config))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -92,6 +92,7 @@ def test_remote_prm_against_the_server_equals_offline_scoring(prm):
         health = remote.health()
         assert health["status"] == "ok" and health["model"] == "tiny"
         assert health["format"] == "math-shepherd" and health["queue"]["queued"] == 0
+        assert health["dtype"] == "float32"    # what a resumed `prmkit score` checks
 
 
 def test_score_returns_aggregates_and_splits_texts(prm):
@@ -217,6 +218,27 @@ def test_limits_on_body_solutions_steps_and_tokens(prm):
         r = c.post("/get_reward", json={"query": ["q\n\n" + "\n\n".join(["s"] * 5)]})
         assert r.status_code == 422 and "5 steps" in r.json()["error"]["message"]
         assert c.post("/v1/score", json={"problems": PROBLEMS[:1], "steps": STEPS[:1]}).status_code == 200
+
+
+def test_headers_over_the_limit_get_431_not_a_reset(prm):
+    """1 MB of headers: 431 with the JSON error, read by a client still sending them (h11's
+    check, then the rest drained); a head just over the limit that arrives in one read gets 431
+    too (the ASGI check); one under it is served."""
+    with serving(prm, max_header_bytes=8192) as server:
+        with http(server) as c:
+            for size in (2**20, 9000):
+                r = c.get("/health", headers={"X-Big": "a" * size})
+                assert r.status_code == 431, size
+                assert r.json()["error"]["type"] == "headers_too_large"
+                assert "over 8192 bytes" in r.json()["error"]["message"]
+            assert c.get("/health", headers={"X-Fine": "a" * 4000}).status_code == 200
+        host, port = server.url.rsplit("/", 1)[-1].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 2**20 + b"\r\n\r\n")
+            answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
+        with http(server) as c:   # the server goes on
+            assert c.get("/health").status_code == 200
 
 
 def test_remote_client_shows_the_servers_message(prm):

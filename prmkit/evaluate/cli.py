@@ -1,7 +1,10 @@
 """``prmkit eval``: processbench, prmbench, steps, bestofn. A thin layer over the library.
 
 Every evaluation writes its results as JSON (``--output``), prints a table with the baselines
-beside the model, and shows progress while a model scores.
+beside the model, and shows progress while a model scores. With a model, the scores it saves
+resume after a kill (:mod:`prmkit.resume`): every option is in their identity but those marked
+``add_outside``, which only the results read (or which name the data, whose records are
+checked one by one).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from prmkit.cliutil import AGGREGATE_CHOICES, Formatter, add_model_run_options, add_scale_options
 from prmkit.errors import PrmkitError
+from prmkit.resume import add_outside, resumable
 
 
 def _sub(sub: Any, name: str, help: str, doc: str | None, intro: str) -> argparse.ArgumentParser:
@@ -48,32 +52,33 @@ def _add_processbench(evals: Any) -> None:
              "threshold-tuned on --heuristic-train, else on the --calibrate-on split, else on "
              "the other splits (leave one split out), else in-sample. A line says so when the "
              "model does not beat that heuristic.")
-    q.add_argument("--data", required=True,
-                   help="a folder with gsm8k.json, math.json, olympiadbench.json, omnimath.json "
-                        "(as shipped), or one such file")
+    add_outside(q, "--data", required=True,
+                help="a folder with gsm8k.json, math.json, olympiadbench.json, omnimath.json "
+                     "(as shipped), or one such file")
     q.add_argument("--limit", type=int, default=None, metavar="N",
                    help="a quick look: N solutions of each split, the first N/2 with an error "
                         "and the first N/2 without, in file order")
     add_model_args(q, default_prm=True)
-    q.add_argument("--predictions", default=None, metavar="FILE",
-                   help="JSONL with id and first_error (int) or step_scores (list) per sample, "
-                        "instead of --model (e.g. the output of `prmkit score`)")
+    add_outside(q, "--predictions", default=None, metavar="FILE",
+                help="JSONL with id and first_error (int) or step_scores (list) per sample, "
+                     "instead of --model (e.g. the output of `prmkit score`)")
     t = q.add_mutually_exclusive_group()
-    t.add_argument("--threshold", type=float, default=None,
-                   help="a step scored below this is the predicted first error; default: the "
-                        "threshold saved with --model (prmkit_threshold.json; the default PRM "
-                        "has one), else 0.5")
-    t.add_argument("--calibrate-on", default=None, metavar="SPLIT",
-                   help="instead, use the threshold that maximises F1 on this split (e.g. gsm8k)")
-    q.add_argument("--heuristic-train", default=None, metavar="FILE",
-                   help="labelled records to fit the position/length heuristic on: prmkit JSONL "
-                        "with labels or first_error, or ProcessBench .json / folder. Default: "
-                        "the calibration split, else leave one split out.")
-    q.add_argument("--random-draws", type=int, default=100,
-                   help="draws of the random baseline (its figures are the mean)")
-    q.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
-    q.add_argument("--output", required=True, help="results JSON")
+    add_outside(t, "--threshold", type=float, default=None,
+                help="a step scored below this is the predicted first error; default: the "
+                     "threshold saved with --model (prmkit_threshold.json; the default PRM "
+                     "has one), else 0.5")
+    add_outside(t, "--calibrate-on", default=None, metavar="SPLIT",
+                help="instead, use the threshold that maximises F1 on this split (e.g. gsm8k)")
+    add_outside(q, "--heuristic-train", default=None, metavar="FILE",
+                help="labelled records to fit the position/length heuristic on: prmkit JSONL "
+                     "with labels or first_error, or ProcessBench .json / folder. Default: "
+                     "the calibration split, else leave one split out.")
+    add_outside(q, "--random-draws", type=int, default=100,
+                help="draws of the random baseline (its figures are the mean)")
+    add_outside(q, "--seed", type=int, default=0, help="seed of the random baseline")
+    add_outside(q, "--output", required=True, help="results JSON")
     q.set_defaults(run=_run_processbench)
+    resumable(q)
 
 
 def _add_prmbench(evals: Any) -> None:
@@ -82,22 +87,23 @@ def _add_prmbench(evals: Any) -> None:
              prmbench.__doc__, "Score PRMBench solutions (modified_process only) and report "
              "PRMScore per error category, per group and overall, exactly as PRMBench defines "
              f"it: {prmbench.PAPER}; definition from {prmbench.SOURCE}.")
-    q.add_argument("--data", required=True,
-                   help="a PRMBench .jsonl file or a folder of them (one per category)")
+    add_outside(q, "--data", required=True,
+                help="a PRMBench .jsonl file or a folder of them (one per category)")
     q.add_argument("--limit", type=int, default=None, metavar="N",
                    help="a quick look: N solutions of each category, the first N/2 with an "
                         "error and the first N/2 without, in file order")
     add_model_args(q, default_prm=True)
-    q.add_argument("--predictions", default=None, metavar="FILE",
-                   help="JSONL with id (classification-idx, as prmkit reads PRMBench) and "
-                        "step_scores, instead of --model")
-    q.add_argument("--threshold", type=float, default=None,
-                   help="a step is judged valid when its score is above this; default: the "
-                        "threshold saved with --model where it has one, else 0.5 (PRMBench's)")
-    q.add_argument("--random-draws", type=int, default=20, help="draws of the random baseline")
-    q.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
-    q.add_argument("--output", required=True, help="results JSON")
+    add_outside(q, "--predictions", default=None, metavar="FILE",
+                help="JSONL with id (classification-idx, as prmkit reads PRMBench) and "
+                     "step_scores, instead of --model")
+    add_outside(q, "--threshold", type=float, default=None,
+                help="a step is judged valid when its score is above this; default: the "
+                     "threshold saved with --model where it has one, else 0.5 (PRMBench's)")
+    add_outside(q, "--random-draws", type=int, default=20, help="draws of the random baseline")
+    add_outside(q, "--seed", type=int, default=0, help="seed of the random baseline")
+    add_outside(q, "--output", required=True, help="results JSON")
     q.set_defaults(run=_run_prmbench)
+    resumable(q)
 
 
 def _add_steps(evals: Any) -> None:
@@ -124,21 +130,21 @@ def _add_bestofn(evals: Any) -> None:
              "them, but in each draw's random order: a majority tie falls at random here, "
              "where `prmkit select` gives it to the answer that appears first in the file, so "
              "the two can differ on the same candidates.")
-    q.add_argument("--input", required=True,
-                   help="candidates (prmkit JSONL) with group, is_correct and, for the PRM "
-                        "methods, step_scores (or --model to score them)")
-    q.add_argument("--n", default="1,2,4,8", help="comma-separated subset sizes N")
-    q.add_argument("--draws", type=int, default=100, help="random subsets per problem and N")
-    q.add_argument("--seed", type=int, default=0, help="seed of the draws and the bootstrap")
-    q.add_argument("--bootstrap", type=int, default=1000,
-                   help="bootstrap resamples of the problems for the 95%% CI")
-    q.add_argument("--methods", default=None,
-                   help="comma-separated methods (default: all the data supports)")
-    q.add_argument("--weight-by", default="prod", choices=AGGREGATE_CHOICES,
-                   help="how weighted-majority aggregates each candidate's step scores")
-    q.add_argument("--output", required=True, help="results JSON")
-    q.add_argument("--plot", default=None,
-                   help="accuracy-against-N PNG (default: the --output name with .png)")
+    add_outside(q, "--input", required=True,
+                help="candidates (prmkit JSONL) with group, is_correct and, for the PRM "
+                     "methods, step_scores (or --model to score them)")
+    add_outside(q, "--n", default="1,2,4,8", help="comma-separated subset sizes N")
+    add_outside(q, "--draws", type=int, default=100, help="random subsets per problem and N")
+    add_outside(q, "--seed", type=int, default=0, help="seed of the draws and the bootstrap")
+    add_outside(q, "--bootstrap", type=int, default=1000,
+                help="bootstrap resamples of the problems for the 95%% CI")
+    add_outside(q, "--methods", default=None,
+                help="comma-separated methods (default: all the data supports)")
+    add_outside(q, "--weight-by", default="prod", choices=AGGREGATE_CHOICES,
+                help="how weighted-majority aggregates each candidate's step scores")
+    add_outside(q, "--output", required=True, help="results JSON")
+    add_outside(q, "--plot", default=None,
+                help="accuracy-against-N PNG (default: the --output name with .png)")
     add_model_args(q)
     q.add_argument("--no-share-prefix", action="store_true",
                    help="with --model: read every candidate whole. By default the candidates "
@@ -146,6 +152,7 @@ def _add_bestofn(evals: Any) -> None:
                         "problem and the steps they all begin with read once per group; the "
                         "same scores as one pass, to float32 rounding)")
     q.set_defaults(run=_run_bestofn)
+    resumable(q)
 
 
 def _missing(p: argparse.ArgumentParser) -> int:
@@ -357,9 +364,11 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False,
                           "steps past the cut get no score")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the model folder's own Python code (off by default)")
-    p.add_argument("--save-scores", default=None, metavar="FILE",
-                   help="where the scored records go, written as they finish to FILE.partial; "
-                        "rerunning the same command after a kill resumes there. Default: the "
-                        "--output name with .scores.jsonl instead of .json. FILE can be given "
-                        "to --predictions or `prmkit report` later.")
+    add_outside(p, "--save-scores", default=None, metavar="FILE",
+                help="where the scored records go, written as they finish to FILE.partial; "
+                     "rerunning the same command after a kill resumes there. Default: the "
+                     "--output name with .scores.jsonl instead of .json. FILE can be given "
+                     "to --predictions or `prmkit report` later.")
+    add_outside(p, "--no-resume", action="store_true",
+                help="ignore the saved scores' FILE.partial from an earlier run and start again")
     add_scale_options(p)

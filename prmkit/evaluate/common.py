@@ -141,7 +141,8 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
 
     Returns what to record beside the figures: the model, its step format and the dtype it
     actually ran in. With ``args.save_scores`` the scored records are written as they finish
-    and an interrupted run resumes without rescoring them (:func:`prmkit.scoring.score_records`).
+    and an interrupted run resumes without rescoring them (:func:`prmkit.scoring.score_records`),
+    under a header of the evaluation's options (:mod:`prmkit.resume`).
     ``share_prefix``: records of one group are scored on their shared prefix
     (:mod:`prmkit.models.sharing.prefix`); what it computed and saved is recorded and printed.
     """
@@ -150,7 +151,8 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
     from prmkit.distributed import ray_config
     from prmkit.models.reading import HFConfig
     from prmkit.models.sharing.prefix import has_groups
-    from prmkit.scoring import open_scorer, score_records, score_settings
+    from prmkit.resume import Header, args_identity, read_checked
+    from prmkit.scoring import model_identity, open_scorer, score_records
 
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
@@ -158,17 +160,17 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
     from prmkit.verify.load import generation_of
 
     generation, gen_settings = generation_of(args)
+    header = Header(f"eval {args.eval_command}",
+                    args_identity(args, model=model_identity(args.model)))
+    if args.save_scores and not args.no_resume:
+        read_checked(args.save_scores, header)   # refused before the model loads
     prm = functools.partial(open_scorer, getattr(args, "backend", "hf"), args.model, None,
                             args.format, config, generation)
     if ray is None:
         prm = prm()    # here, before any output (Ray workers open it themselves)
     share_prefix = share_prefix and has_groups(records)
-    result = score_records(records, prm, args.save_scores, chunk=None, desc=desc,
-                           share_prefix=share_prefix, ray=ray,
-                           settings=score_settings(args.model, args.format, config,
-                                                   share_prefix=share_prefix,
-                                                   backend=getattr(args, "backend", "hf"),
-                                                   generation=gen_settings))
+    result = score_records(records, prm, args.save_scores, resume=not args.no_resume, chunk=None,
+                           desc=desc, share_prefix=share_prefix, ray=ray, header=header)
     described = result.described or {"format": args.format, "dtype": None}
     info = {"name": args.model, **described, "device": args.device,
             "truncated_solutions": result.truncated}

@@ -17,6 +17,7 @@ from prmkit.errors import PrmkitError
 from prmkit.generate.load import BACKENDS, default_chunk, load_policy
 from prmkit.generate.openai import STOP_MODES, OpenAIConfig
 from prmkit.generate.prompts import MODEL_STYLES, STYLES
+from prmkit.resume import Header, add_outside, args_identity, read_checked, resumable
 
 __all__ = ["BACKENDS", "POLICY_HELP", "add_generate", "add_policy_options", "default_chunk",
            "load_policy", "policy_options"]
@@ -36,14 +37,14 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
     add_dtype_option(p, help="hf/vllm weights; auto = bfloat16 where native, else float32")
     p.add_argument("--device", default="cpu", help="hf: cpu, cuda, cuda:1, ...")
     p.add_argument("--batch-size", type=int, default=8, help="hf: sequences decoded together")
-    p.add_argument("--threads", type=int, default=None,
-                   help="hf/llamacpp: CPU threads (1 is faster on a busy machine)")
+    add_outside(p, "--threads", type=int, default=None,
+                help="hf/llamacpp: CPU threads (1 is faster on a busy machine)")
     p.add_argument("--n-ctx", type=int, default=4096, help="llamacpp: context length")
     p.add_argument("--base-url", default=None, help="openai: the API root, e.g. http://host:8000/v1")
     p.add_argument("--model-name", default=None, help="openai: the model name on the server "
                                                       "(default: the model named above)")
-    p.add_argument("--api-key", default=None, help="openai: Bearer token")
-    p.add_argument("--concurrency", type=int, default=8, help="openai: requests in flight")
+    add_outside(p, "--api-key", default=None, help="openai: Bearer token")
+    add_outside(p, "--concurrency", type=int, default=8, help="openai: requests in flight")
     p.add_argument("--tokenizer", default=None,
                    help="openai: a tokenizer folder (or default model) whose chat template to use")
     stop = OpenAIConfig.__dataclass_fields__["stop_strings"]
@@ -84,20 +85,23 @@ def add_generate(sub: Any) -> None:
                     "and writes the same records as an uninterrupted run.\n\nPrompt styles "
                     f"(--prompt-style; default models: {defaults}):\n{styles}")
     p.add_argument("--policy", required=True, help=POLICY_HELP)
-    p.add_argument("--input", required=True, help="the problems")
+    # the input's problems are checked row by row against OUT.partial's, not by its path
+    add_outside(p, "--input", required=True, help="the problems")
     p.add_argument("--input-format", default="prmkit", choices=["problems"] + FORMAT_NAMES,
                    help=INPUT_HELP)
-    p.add_argument("--output", required=True, help="where to write the candidates (prmkit JSONL)")
+    add_outside(p, "--output", required=True,
+                help="where to write the candidates (prmkit JSONL)")
     p.add_argument("-n", type=int, default=h["n"].default, help=h["n"].metadata["help"])
     # the job's own options; --chunk and --no-resume below say it the command line's way
     add_config_options(p, GenerateConfig, skip=("n", "chunk", "resume"), mark_optional=False)
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")
-    p.add_argument("--chunk", type=int, default=None,
-                   help="problems per generator call; default: enough to fill a batch")
+    add_outside(p, "--chunk", type=int, default=None,
+                help="problems per generator call; default: enough to fill a batch")
     add_policy_options(p)
-    p.add_argument("--no-resume", action="store_true",
-                   help="ignore OUT.partial from an earlier run and start again")
+    add_outside(p, "--no-resume", action="store_true",
+                help="ignore OUT.partial from an earlier run and start again")
     p.set_defaults(run=_run_generate)
+    resumable(p)
 
 
 def _run_generate(args: argparse.Namespace) -> int:
@@ -109,8 +113,11 @@ def _run_generate(args: argparse.Namespace) -> int:
                                         args.concurrency)
     config = config_from_args(GenerateConfig, args, chunk=chunk, resume=not args.no_resume)
     problems = read_problems(args.input, args.input_format, args.limit)  # errors before loading
+    header = Header("generate", args_identity(args))
+    if config.resume:
+        read_checked(args.output, header)   # another run's partial is refused before loading
     generator, prompter = load_policy(args.policy, **policy_options(args))
     summary = run_generate(problems, generator, prompter, args.output, config,
-                           policy=args.policy, backend=args.backend)
+                           policy=args.policy, backend=args.backend, header=header)
     print(f"{summary.line(config.n)} -> {args.output}", file=sys.stderr)
     return 0

@@ -19,13 +19,14 @@ with ``meta.empty = true`` and ``is_correct = false`` when a reference is known:
 visible as a failed sample instead of vanishing, and the count per group stays ``n``.
 
 Resuming: records are appended to ``OUT.partial`` as problems finish
-(:class:`prmkit.records.ResumableWriter`). Problems are cut into fixed chunks by their position
+(:class:`prmkit.resume.Partial`). Problems are cut into fixed chunks by their position
 in the input (``chunk`` problems per generator call); a rerun skips the chunks whose records
 are all written and regenerates any other chunk *whole*, writing only the records it lacks.
 Every generator call therefore sees the same prompts as in an uninterrupted run, and with
 per-sample seeds (:func:`prmkit.generate.base.sample_seed`) it samples the same tokens: a killed
 and resumed job writes the same records as one that was never interrupted. A rerun with other
-sampling settings than the partial file's is refused (start again with ``resume=False``).
+settings than the partial file's header names (:mod:`prmkit.resume`), or whose problems differ
+from its rows', is refused (start again with ``resume=False``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from prmkit.errors import PrmkitError, RecordError
 from prmkit.generate.base import Generator, check_sampling
 from prmkit.generate.prompts import Prompter
 from prmkit.generate.stepwise import Solution, solve
-from prmkit.records import Record, ResumableWriter, check_resume, iter_jsonl
+from prmkit.records import Record, iter_jsonl
+from prmkit.resume import Header, Partial, check_resume, config_identity
 from prmkit.steps import RULES, split_steps
 
 
@@ -65,8 +67,10 @@ class GenerateConfig:
         "help": "how a candidate is split into steps (lines, blank-lines, step-markers, auto); "
                 "default: the rule the prompt teaches", "choices": RULES})
     chunk: int = field(default=1, metadata={
-        "help": "problems per generator call; fixed by input position, so resuming is exact"})
-    resume: bool = field(default=True, metadata={"help": "continue from OUT.partial if present"})
+        "help": "problems per generator call; fixed by input position, so resuming is exact",
+        "identity": False})
+    resume: bool = field(default=True, metadata={"help": "continue from OUT.partial if present",
+                                                 "identity": False})
 
     def __post_init__(self) -> None:
         check_sampling(self.n, self.max_tokens, self.temperature, self.top_p, self.seed)
@@ -177,20 +181,24 @@ SAMPLING_KEYS = ("policy", "seed", "temperature", "top_p", "max_tokens")
 def run_generate(problems: Sequence[Problem], generator: Generator, prompter: Prompter,
                  output: str, config: GenerateConfig | None = None, policy: str = "",
                  backend: str = "", on_chunk: Callable[[int], None] | None = None,
-                 progress: bool = True) -> Summary:
+                 progress: bool = True, header: Header | None = None) -> Summary:
     """Generate ``config.n`` candidates per problem into ``output`` (resumable; see the module
-    docstring). ``on_chunk(problems finished in this run)`` is called after every chunk."""
+    docstring). ``on_chunk(problems finished in this run)`` is called after every chunk.
+    ``header``: the partial file's (:mod:`prmkit.resume`); by default the policy, the backend
+    and ``config``."""
     config = config or GenerateConfig()
     rule = config.step_rule or prompter.rule
     meta = {"policy": policy, "backend": backend, "seed": config.seed,
             "temperature": config.temperature, "top_p": config.top_p,
             "max_tokens": config.max_tokens}
     ids = [f"{p.id}-{k}" for p in problems for k in range(config.n)]
-    writer = ResumableWriter(output, resume=config.resume)
+    header = header or Header("generate", {"policy": policy, "backend": backend,
+                                           **config_identity(config)})
+    writer = Partial(output, header, resume=config.resume)
     done = writer.done_rows()
-    wanted = set(ids)
-    check_resume(output, done, lambda row: row.get("id") in wanted,
-                 {k: meta[k] for k in SAMPLING_KEYS})
+    asked = {f"{p.id}-{k}": (p.problem, p.reference) for p in problems for k in range(config.n)}
+    check_resume(output, done, lambda row: asked.get(row.get("id")) == (
+        row.get("problem"), row.get("reference")), {k: meta[k] for k in SAMPLING_KEYS})
     chunks = [list(problems[s:s + config.chunk]) for s in range(0, len(problems), config.chunk)]
     summary = Summary(problems=len(problems))
     finished = sum(all(f"{p.id}-{k}" in done for k in range(config.n)) for p in problems)

@@ -22,6 +22,7 @@ from prmkit.errors import PrmkitError, RecordError
 from prmkit.label.job import Labeler
 from prmkit.formats.detect import read_records
 from prmkit.records import Record, iter_jsonl
+from prmkit.resume import Header, add_outside, args_identity, resumable
 
 
 def add_label(sub: Any) -> None:
@@ -42,13 +43,15 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     from prmkit.distributed import RayConfig
     from prmkit.generate.cli import add_policy_options
 
-    p.add_argument("--input", required=True, help="solutions to label (prmkit JSONL)")
-    p.add_argument("--output", required=True, help="where to write the labelled records")
+    # the input records are checked one by one against OUT.partial's, not by their path
+    add_outside(p, "--input", required=True, help="solutions to label (prmkit JSONL)")
+    add_outside(p, "--output", required=True, help="where to write the labelled records")
     p.add_argument("--limit", type=int, default=None, help="only the first N records")
     add_policy_options(p)
     add_config_options(p, RayConfig, mark_optional=False)
-    p.add_argument("--no-resume", action="store_true",
-                   help="ignore OUT.partial from an earlier run and start again")
+    add_outside(p, "--no-resume", action="store_true",
+                help="ignore OUT.partial from an earlier run and start again")
+    resumable(p)
 
 
 def _add_mc(kinds: Any, mc: Any) -> None:
@@ -70,7 +73,7 @@ def _add_mc(kinds: Any, mc: Any) -> None:
     p.add_argument("--temperature", type=float, default=0.7, help=h["temperature"].metadata["help"])
     p.add_argument("--top-p", type=float, default=1.0, help=h["top_p"].metadata["help"])
     p.add_argument("--seed", type=int, default=0, help=h["seed"].metadata["help"])
-    p.add_argument("--chunk", type=int, default=8, help=h["chunk"].metadata["help"])
+    add_outside(p, "--chunk", type=int, default=8, help=h["chunk"].metadata["help"])
     p.add_argument("--step-rule", default=None, choices=[r for r in RULES if r != "auto"],
                    help="how the steps of a prefix are joined in the policy's prompt; default: "
                         "the rule the prompt style teaches")
@@ -92,7 +95,7 @@ def _add_judge(kinds: Any, judge: Any) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help=h["temperature"].metadata["help"])
     p.add_argument("--top-p", type=float, default=1.0, help=h["top_p"].metadata["help"])
     p.add_argument("--seed", type=int, default=0, help=h["seed"].metadata["help"])
-    p.add_argument("--chunk", type=int, default=8, help=h["chunk"].metadata["help"])
+    add_outside(p, "--chunk", type=int, default=8, help=h["chunk"].metadata["help"])
     _add_common(p)
     p.set_defaults(run=_run_judge, step_rule=None)
 
@@ -168,7 +171,8 @@ def _run_mc(args: argparse.Namespace) -> int:
     label_fn = functools.partial(label_mc, config=config, policy=args.policy)
     rows, summary = run_job(records, _labeler(args, args.policy, label_fn, config.chunk),
                             args.output, key="mc", settings=config.settings(args.policy),
-                            resume=not args.no_resume, desc="label mc")
+                            resume=not args.no_resume, desc="label mc",
+                            header=Header("label mc", args_identity(args)))
     spent = sum(r["meta"]["mc"]["rollouts_spent"] for r in rows)
     wrong = sum(r["first_error"] >= 0 for r in rows)
     print(f"labelled {len(rows)} records ({summary.resumed} resumed; {args.strategy}, "
@@ -190,7 +194,8 @@ def _run_judge(args: argparse.Namespace) -> int:
     label_fn = functools.partial(label_judge, config=config, judge=args.judge)
     rows, summary = run_job(records, _labeler(args, args.judge, label_fn, config.chunk),
                             args.output, key="judge", settings=config.settings(args.judge),
-                            resume=not args.no_resume, desc="label judge")
+                            resume=not args.no_resume, desc="label judge",
+                            header=Header("label judge", args_identity(args)))
     verdicts = [r.get("first_error") for r in rows]
     bad = sum(r["meta"]["judge"]["unparseable"] for r in rows)
     known = [v for v in verdicts if v is not None]

@@ -10,8 +10,9 @@ rerun labels come out as they would have in an uninterrupted run (bit for bit wi
 backends such as the scripted and lab policies or float32; a bfloat16 model can differ in the
 last bits when a record shares its batch with other records than before).
 
-A rerun whose settings differ from those in ``OUT.partial`` (``meta[key]`` of its records) is
-refused: labels made two ways must not be mixed silently. Start again with ``resume=False``.
+A rerun whose settings differ from those in ``OUT.partial`` (its header, :mod:`prmkit.resume`,
+and ``meta[key]`` of its records), or whose records differ from its rows, is refused: labels
+made two ways must not be mixed silently. Start again with ``resume=False``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from prmkit.records import Record, ResumableWriter, check_resume
+from prmkit.records import Record
+from prmkit.resume import Header, Partial, check_resume
 
 Labeler = Callable[[Iterable[Record]], Iterator[Record]]
 
@@ -37,19 +39,22 @@ class JobSummary:
 
 def run_job(records: Sequence[Record], label: Labeler, output: str, *, key: str,
             settings: dict[str, Any], resume: bool = True, desc: str = "label",
-            progress: bool = True) -> tuple[list[dict[str, Any]], JobSummary]:
+            progress: bool = True, header: Header | None = None,
+            ) -> tuple[list[dict[str, Any]], JobSummary]:
     """Label ``records`` into ``output`` with ``label`` (see the module docstring).
 
-    ``key`` is the ``meta`` entry each labelled record carries its ``settings`` in. Returns the
-    output rows (input order) and a summary.
+    ``key`` is the ``meta`` entry each labelled record carries its ``settings`` in; ``header``
+    is the partial file's (the command's whole identity; by default ``label KEY`` and
+    ``settings``). Returns the output rows (input order) and a summary.
     """
     ids = [r.id for r in records]
     fresh = not (resume and os.path.exists(output + ".partial"))
-    writer = ResumableWriter(output, resume=resume, sync=True)
+    writer = Partial(output, header or Header(f"label {key}", settings), resume=resume, sync=True)
     done = writer.done_rows()
-    wanted = set(ids)
-    check_resume(output, done, lambda row: row.get("id") in wanted, settings,
-                 stored=lambda row: (row.get("meta") or {}).get(key) or {})
+    given = {r.id: (r.problem, r.steps) for r in records}
+    check_resume(output, done, lambda row: given.get(row.get("id")) == (
+        row.get("problem"), row.get("steps")), settings,
+        stored=lambda row: (row.get("meta") or {}).get(key) or {})
     todo = [r for r in records if r.id not in done]
     summary = JobSummary(records=len(records), resumed=len(records) - len(todo))
     if summary.resumed:

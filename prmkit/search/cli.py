@@ -14,6 +14,7 @@ from typing import Any
 
 from prmkit.errors import PrmkitError
 from prmkit.models.load import open_prm
+from prmkit.resume import Header, add_outside, args_identity, resumable
 
 
 def add_search(sub: Any) -> None:
@@ -52,12 +53,14 @@ def add_search(sub: Any) -> None:
                      help="the PRM's weights; auto = bfloat16 where native, else float32; "
                           "float32 for exact comparisons")
     p.add_argument("--prm-device", default=None, help="the PRM's device; default: --device")
-    p.add_argument("--prm-token", default=None,
-                   help="bearer token for a remote --prm URL (default: $PRMKIT_TOKEN)")
-    p.add_argument("--input", required=True, help="the problems")
+    add_outside(p, "--prm-token", default=None,
+                help="bearer token for a remote --prm URL (default: $PRMKIT_TOKEN)")
+    # the input's problems are checked row by row against OUT.partial's, not by its path
+    add_outside(p, "--input", required=True, help="the problems")
     p.add_argument("--input-format", default="prmkit", choices=["problems"] + FORMAT_NAMES,
                    help=INPUT_HELP)
-    p.add_argument("--output", required=True, help="where to write the candidates (prmkit JSONL)")
+    add_outside(p, "--output", required=True,
+                help="where to write the candidates (prmkit JSONL)")
     h = base.SearchConfig.__dataclass_fields__
     p.add_argument("-n", type=int, default=h["n"].default, help=h["n"].metadata["help"])
     p.add_argument("-m", type=int, default=h["m"].default, help=h["m"].metadata["help"])
@@ -69,13 +72,16 @@ def add_search(sub: Any) -> None:
                    help="the step rule the prompt teaches (and best-of-n splits by); default: "
                         "the prompt style's")
     p.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    # in the identity, unlike other commands' chunks: problems searched together share the
+    # PRM's passes, so their compute accounts (meta.compute) depend on the chunks
     p.add_argument("--chunk", type=int, default=None,
                    help="problems searched in lockstep (one generator call per step for all); "
                         "default: enough to fill a batch")
     add_policy_options(p)
-    p.add_argument("--no-resume", action="store_true",
-                   help="ignore OUT.partial from an earlier run and start again")
+    add_outside(p, "--no-resume", action="store_true",
+                help="ignore OUT.partial from an earlier run and start again")
     p.set_defaults(run=_run_search)
+    resumable(p)
 
 
 def _first_line(doc: str | None) -> str:
@@ -86,6 +92,7 @@ def _run_search(args: argparse.Namespace) -> int:
     from prmkit.generate.cli import default_chunk, load_policy, policy_options
     from prmkit.generate.run import read_problems
     from prmkit.records import check_output_path
+    from prmkit.scoring import model_identity
     from prmkit.search.run import METHODS, probe_partial, run_search
     from prmkit.cliutil import config_from_args
 
@@ -97,13 +104,12 @@ def _run_search(args: argparse.Namespace) -> int:
     if chunk < 1:
         raise PrmkitError(f"--chunk must be positive, got {args.chunk}")
     problems = read_problems(args.input, args.input_format, args.limit)  # errors before loading
-    # what changes the candidates besides the method's config: a resume must match it
-    run_settings = {"prm_format": args.prm_format, "prm_dtype": args.prm_dtype,
-                    **{k: kwargs[k] for k in ("backend", "dtype", "tokenizer", "prompt_style",
-                                              "step_rule", "n_ctx", "model_name")}}
+    # every option (a server PRM by what it serves), checked before any model is loaded
+    header = Header("search", args_identity(args, chunk=chunk,
+                                            prm=model_identity(args.prm, args.prm_token)))
+    keyed = {"policy": args.policy, "prm": args.prm or "default"}
     if not args.no_resume:
-        probe_partial(args.output, problems, args.method, config, args.policy,
-                      args.prm or "default", run_settings)
+        probe_partial(args.output, problems, header, keyed)
     check_output_path(args.output)
     if args.threads:   # the PRM runs in this process too (load_policy sets it for hf only)
         import torch
@@ -115,7 +121,7 @@ def _run_search(args: argparse.Namespace) -> int:
                    HFConfig(dtype=args.prm_dtype, device=args.prm_device or args.device))
     generator, prompter = load_policy(args.policy, **kwargs)
     summary = run_search(args.method, problems, generator, prompter, prm, args.output, config,
-                         chunk=chunk, resume=not args.no_resume, policy=args.policy,
-                         prm_name=args.prm or "default", run_settings=run_settings)
+                         chunk=chunk, resume=not args.no_resume, policy=keyed["policy"],
+                         prm_name=keyed["prm"], header=header)
     print(f"{summary.line()} -> {args.output}", file=sys.stderr)
     return 0

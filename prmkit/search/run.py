@@ -10,13 +10,12 @@ in the input (``chunk`` problems searched in lockstep); records go to ``OUT.part
 chunk finishes. A rerun skips the chunks whose problems are complete and searches any other
 chunk whole again, writing only the records it lacks, so it sees the same batches and (with
 per-sample seeds) writes the same records as an uninterrupted run. A rerun with other settings
-than the partial file's is refused.
+than the partial file's header names (:mod:`prmkit.resume`), or with other problems than its
+rows', is refused.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -25,8 +24,8 @@ from prmkit.errors import PrmkitError
 from prmkit.generate.base import Generator
 from prmkit.generate.prompts import Prompter
 from prmkit.generate.run import Problem
-from prmkit.records import (ResumableWriter, check_output_path, check_resume, check_settings,
-                            read_partial)
+from prmkit.records import check_output_path
+from prmkit.resume import Header, Partial, check_resume, config_identity, read_checked
 from prmkit.search.base import Compute, SearchConfig, budget_line
 from prmkit.search.beam import BeamConfig, beam_search
 from prmkit.search.best_of_n import best_of_n
@@ -40,8 +39,6 @@ METHODS: dict[str, tuple[Callable[..., Any], type]] = {
     "dvts": (dvts, SearchConfig),
     "mcts": (mcts, MCTSConfig),
 }
-SETTING_KEYS = ("method", "policy", "prm", "n", "m", "seed")
-SETTINGS_ID = "__prmkit_search_settings__"  # the id of the partial file's settings line
 
 
 @dataclass
@@ -65,11 +62,11 @@ def run_search(method: str, problems: Sequence[Problem], generator: Generator, p
                prm: Any, output: str, config: SearchConfig | None = None, chunk: int = 1,
                resume: bool = True, policy: str = "", prm_name: str = "",
                progress: bool = True, on_chunk: Callable[[int], None] | None = None,
-               run_settings: dict[str, Any] | None = None) -> Summary:
+               header: Header | None = None) -> Summary:
     """Search every problem with ``method`` and write the candidates to ``output``.
-    ``on_chunk(problems searched in this run)`` is called after every chunk; ``run_settings``
-    are the caller's settings that change the output (the PRM's format and dtype, the policy's
-    options), which a resume must match as it must match the method's config."""
+    ``on_chunk(problems searched in this run)`` is called after every chunk; ``header`` is the
+    partial file's (:mod:`prmkit.resume`; the command's whole identity), by default
+    :func:`search_header`'s."""
     if method not in METHODS:
         raise PrmkitError(f"unknown search method {method!r}; known: {', '.join(METHODS)}")
     search, config_class = METHODS[method]
@@ -78,13 +75,11 @@ def run_search(method: str, problems: Sequence[Problem], generator: Generator, p
         raise PrmkitError(f"{method} takes a {config_class.__name__}")
     if chunk < 1:
         raise PrmkitError(f"chunk must be positive, got {chunk}")
-    settings, every = all_settings(method, config, policy, prm_name, run_settings)
-    writer = ResumableWriter(output, resume=resume)
+    keyed = {"policy": policy, "prm": prm_name}   # what each record's meta carries
+    writer = Partial(output, header or search_header(method, config, policy, prm_name, chunk),
+                     resume=resume)
     done = writer.done_rows()
-    check_partial(done, output, problems, {k: settings[k] for k in SETTING_KEYS}, every)
-    if not done:  # the settings line, left out of OUT by close()
-        writer.write({"id": SETTINGS_ID, "settings": json.loads(json.dumps(every))})
-        done = writer.done_rows()
+    check_rows(done, output, problems, keyed)
     finished = sum(_complete(p.id, done) for p in problems)
     if finished:
         print(f"resuming: {finished} of {len(problems)} problems already searched", file=sys.stderr)
@@ -101,7 +96,7 @@ def run_search(method: str, problems: Sequence[Problem], generator: Generator, p
             result = search(part, generator, prompter, prm, config)
             for rec in result.records:
                 if rec.group in {p.id for p in todo} and rec.id not in done:
-                    rec.meta.update({k: settings[k] for k in ("policy", "prm")})
+                    rec.meta.update(keyed)
                     writer.write(rec)
             done = writer.done_rows()
             summary.searched += len(todo)
@@ -115,35 +110,29 @@ def run_search(method: str, problems: Sequence[Problem], generator: Generator, p
     return summary
 
 
-def check_partial(done: dict[str, dict[str, Any]], output: str, problems: Sequence[Problem],
-                  keyed: dict[str, Any], settings: dict[str, Any]) -> None:
+def search_header(method: str, config: SearchConfig, policy: str, prm_name: str,
+                  chunk: int) -> Header:
+    """The header of a library call's partial file: the method, policy, PRM, chunk (problems
+    searched together share the PRM's passes, and so their compute accounts) and config."""
+    return Header("search", {"method": method, "policy": policy, "prm": prm_name,
+                             "chunk": chunk, **config_identity(config)})
+
+
+def check_rows(done: dict[str, dict[str, Any]], output: str, problems: Sequence[Problem],
+               keyed: dict[str, Any]) -> None:
     """Refuse the finished rows ``done`` of ``OUT.partial`` when another run wrote them: rows of
-    other problems (or other problem texts or references), other ``keyed`` settings (in each row's meta),
-    other ``settings`` (the partial's first line)."""
-    rows = {k: v for k, v in done.items() if k != SETTINGS_ID}
+    other problems (or other problem texts or references), or another policy or PRM in their
+    meta (``keyed``)."""
     given = {p.id: (p.problem, p.reference) for p in problems}
-    check_resume(output, rows, lambda row: given.get(row.get("group")) == (
+    check_resume(output, done, lambda row: given.get(row.get("group")) == (
         row.get("problem"), row.get("reference")), keyed)
-    if SETTINGS_ID in done:
-        check_settings(output, done[SETTINGS_ID].get("settings") or {},
-                       json.loads(json.dumps(settings)))
 
 
-def all_settings(method: str, config: SearchConfig, policy: str, prm_name: str,
-                 run_settings: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the settings each record's meta carries, every setting that changes the output)."""
-    settings = {"method": method, "policy": policy, "prm": prm_name, "n": config.n, "m": config.m,
-                "seed": config.seed}
-    return settings, {**settings, **dataclasses.asdict(config), **(run_settings or {})}
-
-
-def probe_partial(output: str, problems: Sequence[Problem], method: str, config: SearchConfig,
-                  policy: str, prm_name: str, run_settings: dict[str, Any]) -> None:
+def probe_partial(output: str, problems: Sequence[Problem], header: Header,
+                  keyed: dict[str, Any]) -> None:
     """The output checks of :func:`run_search`, made before any model is loaded."""
     check_output_path(output)
-    keyed, settings = all_settings(method, config, policy, prm_name, run_settings)
-    check_partial(read_partial(output), output, problems, {k: keyed[k] for k in SETTING_KEYS},
-                  settings)
+    check_rows(read_checked(output, header), output, problems, keyed)
 
 
 def _count(pid: str, rows: dict[str, dict[str, Any]]) -> int:

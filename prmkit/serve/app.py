@@ -12,10 +12,11 @@ Endpoints (with a token, each needs ``Authorization: Bearer TOKEN`` or ``?token=
     OpenRLHF's remote reward model (:mod:`prmkit.serve.queries`); ``"return_steps": true`` adds
     ``"problems"`` and ``"steps"``.
 ``GET /health``
-    ``{"status": "ok", "model", "format", "kind", "queue", "batching", "prefix_sharing"}``.
+    ``{"status", "model", "format", "dtype", "kind", "queue", "batching", "prefix_sharing"}``.
 
 Bad requests get ``{"error": {"message", "type"}}`` with 400, 401, 413, 422 (also for text
-that is not valid Unicode) or 503, never a 500 (docs/serving.md). One worker thread owns the
+that is not valid Unicode), 431 (headers over the limit, :mod:`prmkit.serve.headers`) or 503,
+never a 500 (docs/serving.md). One worker thread owns the
 model (:class:`~prmkit.serve.batcher.Batcher`); handlers validate and count tokens off the
 event loop, queue and wait. Shutdown finishes the requests in flight (``graceful_timeout``),
 then drains.
@@ -43,9 +44,11 @@ from prmkit.aggregate import AGGREGATES
 from prmkit.errors import PrmkitError
 from prmkit.models.base import PRM
 from prmkit.models.sharing.prefix import ShareStats, can_share, score_by_problem
+from prmkit.scoring import describe
 from prmkit.serve.batcher import Batcher, Closed, Overloaded
 from prmkit.serve.config import ServeConfig
 from prmkit.serve.disconnect import WatchDisconnect, body_chunks, wait_answer
+from prmkit.serve.headers import HeaderLimit, protocol
 from prmkit.serve.queries import (one_solution_hint, response_steps, rewards_from_scores,
                                   safe_aggregate, split_query)
 
@@ -110,6 +113,7 @@ class Scorer:
                  kind: str = "prm"):
         self.prm, self.config, self.model_name, self.format_name, self.kind = (
             prm, config, model_name, format_name, kind)
+        self.dtype = describe(prm)["dtype"]   # /health's: a resumed score checks it
         self.bound = getattr(prm, "bound", None)       # the step format, to count tokens
         limits = [x for x in (config.max_tokens, getattr(prm, "max_length", None)) if x]
         self.max_tokens = min(limits) if limits else None
@@ -173,7 +177,7 @@ class Scorer:
 
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "model": self.model_name, "format": self.format_name,
-                "kind": self.kind,
+                "dtype": self.dtype, "kind": self.kind,
                 "queue": {"queued": self.batcher.queued, "max": self.config.batching.max_queue},
                 "batching": self.batcher.stats.as_dict(),
                 "prefix_sharing": None if self.sharing is None else dict(self.sharing.__dict__)}
@@ -308,6 +312,7 @@ def create_app(prm: PRM, config: ServeConfig, model_name: str, format_name: str,
     app.state.scorer = scorer
     if config.token:
         app.add_middleware(BearerAuth, token=config.token)
+    app.add_middleware(HeaderLimit, limit=config.max_header_bytes)   # outermost: 431 before 401
 
     @app.exception_handler(RequestError)
     async def _refused(request: Request, e: RequestError) -> JSONResponse:
@@ -393,7 +398,9 @@ def uvicorn_server(app: FastAPI, config: ServeConfig, log_level: str = "warning"
 
     return uvicorn.Server(uvicorn.Config(  # WatchDisconnect: a client that leaves costs nothing
         WatchDisconnect(app), log_level=log_level, access_log=access_log, lifespan="on",
-        timeout_graceful_shutdown=config.graceful_timeout or None))
+        timeout_graceful_shutdown=config.graceful_timeout or None,
+        http=protocol(config.max_header_bytes),    # 431 past the limit, not a reset
+        h11_max_incomplete_event_size=config.max_header_bytes))
 
 
 class ServerThread:

@@ -37,8 +37,8 @@ def add_serve(sub: Any) -> None:
                     + textwrap.fill(
                         "Concurrent requests share forward passes (dynamic batching, up to "
                         "--token-budget padded tokens, waiting at most --max-wait-ms). A full "
-                        "queue answers 503 with Retry-After; oversized bodies 413; too many "
-                        "steps or tokens 422. On a non-loopback address --token is required and "
+                        "queue answers 503 with Retry-After; oversized bodies 413; headers over "
+                        "--max-header-bytes 431; too many steps or tokens 422. On a non-loopback address --token is required and "
                         "every request needs 'Authorization: Bearer TOKEN' (401 without). Ctrl-C "
                         "or SIGTERM finish the requests in flight before stopping.", 88))
     p.add_argument("--model", default=None,
@@ -82,6 +82,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     from prmkit.models.load import model_kind, open_prm
     from prmkit.models.reading import HFConfig, fast_dtype
     from prmkit.models.backends.remote import is_remote
+    from prmkit.resume import as_path
     from prmkit.serve.app import bind, create_app, uvicorn_server
 
     if args.model and is_remote(args.model):
@@ -101,7 +102,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         prm, kind = open_generative(args.model, args.format, generation_of(args)[0], hf), "prm"
     else:
         prm, kind = open_prm(args.model, None, args.format, hf), model_kind(args.model)
-    model_name = args.model or "prmkit-default-prm"
+    # a folder by its absolute path: /health names the same model wherever serve was started
+    model_name = as_path(args.model) or "prmkit-default-prm"
     app = create_app(prm, config, model_name, prm.format.name, kind)
     where = f"http://[{config.host}]:{config.port}" if ":" in config.host else \
         f"http://{config.host}:{config.port}"

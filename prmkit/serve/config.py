@@ -38,6 +38,8 @@ class ServeConfig:
     batching: BatcherConfig = field(default_factory=BatcherConfig)
     max_body_bytes: int = field(default=16 * 2**20, metadata={
         "help": "largest request body in bytes (413 above)"})
+    max_header_bytes: int = field(default=64 * 2**10, metadata={
+        "help": "largest request line and headers in bytes (431 above)"})
     max_solutions: int = field(default=1024, metadata={
         "help": "most solutions in one request (413 above; at most --max-queue)"})
     max_steps: int = field(default=128, metadata={
@@ -73,7 +75,7 @@ class ServeConfig:
                               f"'Authorization: Bearer TOKEN'")
         if not 0 <= self.port < 65536:
             raise PrmkitError(f"port must be in 0..65535, got {self.port}")
-        for name in ("max_body_bytes", "max_solutions", "max_steps"):
+        for name in ("max_body_bytes", "max_header_bytes", "max_solutions", "max_steps"):
             if getattr(self, name) < 1:
                 raise PrmkitError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.max_tokens is not None and self.max_tokens < 2:
