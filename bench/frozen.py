@@ -26,7 +26,7 @@ import time
 
 def candidates(n: int, seed: int, path: str) -> None:
     from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
-    from prmkit.world.policy import candidates_of
+    from prmkit.lab.candidates import candidates_of
     from prmkit.records import write_records
 
     policy, prompter = load_lab_policy("lab:0.1:0.6")

@@ -5,7 +5,7 @@ Parts (``--part``, default all):
 * ``offline``: the default PRM (SmolLM2-135M, prmkit format, bfloat16 unless ``--dtype``)
   scoring (a) the lab demo's test candidates, 8 per problem (``prmkit.lab``: ``make_problems``
   with the demo's test seed 1000 and 2-5 operations, ``load_lab_policy("lab:0.1:0.6")``,
-  ``prmkit.world.policy.candidates_of``), and (b) the GSM8K test problems with the GSM8K paper's 4
+  ``prmkit.lab.candidates.candidates_of``), and (b) the GSM8K test problems with the GSM8K paper's 4
   model solutions each (``../shared/data/gsm8k/example_model_solutions.jsonl``; skipped when
   absent): plain one-pass ``HFPRM.score`` against ``score_shared`` by group. Prints tokens
   computed over one-pass tokens (goal on the lab candidates: at most 0.6) and the wall ratio.
@@ -46,7 +46,7 @@ def load() -> str:
 
 def lab_candidates(problems: int):
     from prmkit.lab import LabConfig, load_lab_policy, make_problems
-    from prmkit.lab.demo.run import candidates_of
+    from prmkit.lab.candidates import candidates_of
 
     policy, prompter = load_lab_policy("lab:0.1:0.6")
     ps = make_problems(LabConfig(n=problems, seed=1000, min_steps=2, max_steps=5))

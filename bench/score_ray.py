@@ -3,7 +3,7 @@ throughput of 1, 2 and 4 local workers against one process without Ray.
 
 Data: the lab demo's test candidates, ``--per`` per problem (``prmkit.lab``: ``make_problems``
 with the demo's test seed 1000 and 2-5 operations, ``load_lab_policy("lab:0.1:0.6")``,
-``prmkit.world.policy.candidates_of``), grouped by problem, so every worker gets whole groups and
+``prmkit.lab.candidates.candidates_of``), grouped by problem, so every worker gets whole groups and
 shares their prefixes. Model: the default PRM (SmolLM2-135M-Instruct, prmkit format), float32.
 
 Each run is ``prmkit.scoring.score_records`` as ``prmkit score`` calls it, into a fresh output
@@ -34,7 +34,7 @@ def load() -> str:
 
 def lab_candidates(problems: int, per: int):
     from prmkit.lab import LabConfig, load_lab_policy, make_problems
-    from prmkit.world.policy import candidates_of
+    from prmkit.lab.candidates import candidates_of
 
     policy, prompter = load_lab_policy("lab:0.1:0.6")
     ps = make_problems(LabConfig(n=problems, seed=1000, min_steps=2, max_steps=5))
@@ -44,6 +44,7 @@ def lab_candidates(problems: int, per: int):
 def run(recs, workers: int | None, chunk: int, folder: str):
     from prmkit.distributed import RayConfig
     from prmkit.models.reading import HFConfig
+    from prmkit.resume import Header
     from prmkit.scoring import open_scorer, score_records
 
     fresh = [type(r).from_dict(r.to_dict()) for r in recs]
@@ -52,7 +53,8 @@ def run(recs, workers: int | None, chunk: int, folder: str):
     start = time.perf_counter()
     result = score_records(fresh, functools.partial(open_scorer, "hf", None, None, None,
                                                     HFConfig(dtype="float32")),
-                           out, resume=False, chunk=chunk, share_prefix=True, ray=ray)
+                           out, resume=False, chunk=chunk, share_prefix=True, ray=ray,
+                           header=Header("bench score_ray", {"dtype": "float32"}))
     return fresh, time.perf_counter() - start, result.seconds, result.sharing
 
 

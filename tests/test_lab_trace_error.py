@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from prmkit.lab import LabConfig, gold_labels, load_lab_policy, make_problems
-from prmkit.world.policy import candidates_of
+from prmkit.lab.candidates import candidates_of
 from prmkit.world.policy import slipped_from
 from prmkit.lab import stats
 from prmkit.lab.traceerror.stats import (PerProblem, equivalent, majority_picks, picks,

@@ -1,11 +1,14 @@
 """The layer order of ARCHITECTURE.md, from a declared table: a module imports only modules of
-its own layer or of the layers below it (imports inside functions included)."""
+its own layer or of the layers below it (imports inside functions included). The jobs are
+ordered too: the lab world sits below generation's jobs, scoring below evaluation, and the lab's
+experiments on top."""
 
 from test_import_graph import graph
 
 # (layer, module prefixes), bottom first; the first prefix that matches places a module
 LAYERS = [
-    ("foundation", ["prmkit.errors", "prmkit.tables", "prmkit.records", "prmkit.progress",
+    ("foundation", ["prmkit.errors", "prmkit.tables", "prmkit.records", "prmkit.resume",
+                    "prmkit.progress",
                     "prmkit.steps", "prmkit.answers", "prmkit.aggregate", "prmkit.stepformat",
                     "prmkit.wholetext", "prmkit.calculator", "prmkit.shareddata",
                     "prmkit.formats"]),
@@ -18,10 +21,17 @@ LAYERS = [
     ("models: sharing", ["prmkit.models.sharing"]),
     ("models: opening and export", ["prmkit.models.load", "prmkit.models.export",
                                     "prmkit.models"]),
-    ("jobs", ["prmkit.distributed", "prmkit.scoring", "prmkit.select", "prmkit.realdata", "prmkit.generate",
-              "prmkit.label", "prmkit.search", "prmkit.train", "prmkit.evaluate",
-              "prmkit.report", "prmkit.serve", "prmkit.rl", "prmkit.world", "prmkit.lab",
-              "prmkit.verify"]),
+    ("generation's base: the Generator protocol, prompts, the scripted generator",
+     ["prmkit.generate.base", "prmkit.generate.fake", "prmkit.generate.prompts"]),
+    ("the lab world: problems, the lab policy, the oracle", ["prmkit.world"]),
+    ("jobs: generating, selecting, spreading work",
+     ["prmkit.distributed", "prmkit.select", "prmkit.generate"]),
+    ("jobs: verifying and scoring", ["prmkit.verify", "prmkit.scoring"]),
+    ("jobs: evaluating", ["prmkit.evaluate", "prmkit.realdata", "prmkit.report"]),
+    ("jobs: searching, serving, labelling, training",
+     ["prmkit.search", "prmkit.serve", "prmkit.label", "prmkit.train"]),
+    ("jobs: reinforcement learning", ["prmkit.rl"]),
+    ("the lab's experiments", ["prmkit.lab"]),
     ("command line", ["prmkit.cliutil", "prmkit.cli", "prmkit"]),
 ]
 
@@ -51,6 +61,6 @@ def test_no_module_imports_from_a_layer_above_its_own():
 
 def test_models_never_import_jobs():
     edges, _ = graph()
-    jobs = [i for i, (name, _) in enumerate(LAYERS) if name == "jobs"][0]
+    jobs = [i for i, (name, _) in enumerate(LAYERS) if name.startswith("generation's base")][0]
     assert not [(a, b) for a, ts in edges.items() for b in ts
                 if a.startswith("prmkit.models") and layer_of(b) >= jobs]

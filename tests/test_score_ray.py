@@ -47,7 +47,7 @@ def model(tmp_path_factory):
 def lab_candidates(path, problems=4, per=4):
     """Grouped candidates of lab problems (each group: one problem, ``per`` sampled solutions)."""
     from prmkit.lab import LabConfig, load_lab_policy, make_problems
-    from prmkit.world.policy import candidates_of
+    from prmkit.lab.candidates import candidates_of
     from prmkit.records import write_records
 
     policy, prompter = load_lab_policy("lab:0.1:0.6")
@@ -88,20 +88,19 @@ def test_score_on_two_workers_equals_local_and_shares_groups(local_ray, model, t
 
     # a driver killed after 5 records (a torn sixth line): the rerun on Ray scores the rest
     done = open(tmp_path / "local.jsonl", encoding="utf-8").read().splitlines(keepends=True)
-    from prmkit.models.reading import HFConfig
-    from prmkit.scoring import SETTINGS_ID, score_settings
+    from partials import header_of
 
-    head = {"id": SETTINGS_ID, "settings": score_settings(
-        model, "trl", HFConfig(dtype="float32"), share_prefix=True)}
     part = tmp_path / "again.jsonl.partial"
-    part.write_text(json.dumps(head) + "\n" + "".join(done[:5]) + done[5][:30])
+    head = header_of(["score", "--model", model, "--format", "trl", "--dtype", "float32",
+                      "--input", tmp_path / "in.jsonl", "--output", tmp_path / "again.jsonl"], part)
+    part.write_text(head + "".join(done[:5]) + done[5][:30])
     assert score(model, tmp_path / "in.jsonl", tmp_path / "again.jsonl", "--ray", "local") == 0
     assert f"resuming: 5 of {len(ids)}" in capsys.readouterr().err
     assert_same(rows(tmp_path / "again.jsonl"), local)
     assert not part.exists()
 
     # another model's partial is refused, on Ray as locally
-    part.write_text(json.dumps(head) + "\n" + "".join(done[:5]))
+    part.write_text(head + "".join(done[:5]))
     assert score(model, tmp_path / "in.jsonl", tmp_path / "again.jsonl", "--ray", "local",
                  "--dtype", "bfloat16") == 2
     assert "dtype" in capsys.readouterr().err

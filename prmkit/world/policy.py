@@ -180,19 +180,6 @@ def slip(rng: random.Random, y):
             return wrong
 
 
-def candidates_of(problems: Sequence[Any], n: int, policy: Any, prompter: Any, name: str,
-                  seed: int) -> list[Any]:
-    """``n`` graded candidate records of each lab problem record, sampled by ``policy`` (named
-    ``name`` in their meta) from ``seed``, one step per line."""
-    from prmkit.generate.run import Problem as Asked, candidate_record
-    from prmkit.generate.stepwise import solve
-
-    sols = solve(policy, prompter, [p.problem for p in problems], n=n, seed=seed)
-    meta = {"policy": name, "seed": seed}
-    return [candidate_record(Asked(p.id, p.problem, p.reference), k, s, prompter.rule, meta)
-            for p, row in zip(problems, sols) for k, s in enumerate(row)]
-
-
 def load_lab_policy(name: str = "lab") -> tuple[LabPolicy, Prompter]:
     """``(LabPolicy, its prompter)`` for a policy name ``lab``, ``lab:SLIP``,
     ``lab:SLIP:CONFUSE`` or ``lab:SLIP:CONFUSE:RECOVER`` (e.g. ``lab:0.2:0``; see

@@ -134,7 +134,7 @@ def run(config: ActiveLearningConfig) -> int:
 def world_stage(config: ActiveLearningConfig, out: str, say: Any) -> tuple[list, list]:
     """1. the training pool and the test candidates, with their gold labels."""
     from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
-    from prmkit.world.policy import candidates_of
+    from prmkit.lab.candidates import candidates_of
 
     policy, prompter = load_lab_policy(config.policy)
     lab = dict(min_steps=config.min_steps, max_steps=config.max_steps)

@@ -204,7 +204,7 @@ class Lab:
 
     def oracle(self, at: int) -> dict[str, Any]:
         """Problems ``at`` .. ``at + CHUNK``: the share of right samples (pass@1)."""
-        from prmkit.world.policy import candidates_of
+        from prmkit.lab.candidates import candidates_of
 
         mine = self.problems_as_records()[at:at + CHUNK]
         recs = candidates_of(mine, self.config.oracle_samples,
@@ -222,7 +222,7 @@ class Lab:
                 for p in self.problems]
 
     def prm(self, say: Printer) -> Any:
-        from prmkit.world.policy import candidates_of
+        from prmkit.lab.candidates import candidates_of
         from prmkit.lab.verifiers.ngramprm import NgramPRM, fit_ngram_prm
         from prmkit.label.mc import MCConfig, label_mc
 
@@ -246,7 +246,7 @@ class Lab:
         """The PRM on ``n`` candidates of ``problems`` held-out problems (another seed)."""
         from prmkit.lab import LabConfig, make_problems
         from prmkit.lab.computeoptimal.summary import prm_quality
-        from prmkit.world.policy import candidates_of
+        from prmkit.lab.candidates import candidates_of
 
         c = self.config
         held = make_problems(LabConfig(n=problems, seed=c.seed + 2000, min_steps=c.min_steps,

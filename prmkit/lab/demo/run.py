@@ -248,7 +248,7 @@ class World:
 def _world(config: DemoConfig, out: str, say: "Printer") -> World:
     """1. problems and candidates."""
     from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
-    from prmkit.world.policy import candidates_of
+    from prmkit.lab.candidates import candidates_of
 
     policy_name = f"lab:{config.slip}:{config.confuse}"
     policy, prompter = load_lab_policy(policy_name)

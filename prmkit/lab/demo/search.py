@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 from prmkit.lab.demo.scoring import score_with
 from prmkit.lab.stages import own_settings, stage, stage_json
 from prmkit.lab.stats import Claim, paired_holm
-from prmkit.world.policy import candidates_of
+from prmkit.lab.candidates import candidates_of
 from prmkit.records import Record
 
 SEARCH_SEED_OFFSET = 2000

@@ -113,7 +113,7 @@ def run(config: TraceErrorConfig) -> int:
 def world_stage(config: TraceErrorConfig, out: str, say: Any) -> tuple[list, list, list]:
     """1. problems and candidates (gold-labelled), 2. Monte Carlo labels of the training set."""
     from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
-    from prmkit.world.policy import candidates_of
+    from prmkit.lab.candidates import candidates_of
     from prmkit.world.problems import trace_error
     from prmkit.label.mc import MCConfig, label_mc
 
