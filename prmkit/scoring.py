@@ -1,9 +1,10 @@
 """Scoring records with a PRM, resumably: what ``prmkit score``, ``prmkit eval`` and the
 real-data demo share (:func:`score_records`).
 
-Scored records go to ``OUT.partial`` as they finish and a rerun resumes there; the PRM is opened
-only when something is left to score. With ``share_prefix`` grouped records are scored in chunks
-of whole groups on their shared prefixes (:mod:`prmkit.models.sharing.prefix`); with ``ray``
+Scored records go to ``OUT.partial`` as they finish and a rerun resumes there, under the header
+every resume is checked against (:mod:`prmkit.resume`); the PRM is opened only when something is
+left to score. With ``share_prefix`` grouped records are scored in chunks of whole groups on
+their shared prefixes (:mod:`prmkit.models.sharing.prefix`); with ``ray``
 (:mod:`prmkit.distributed`) the same batches go to Ray workers, ``OUT`` in input order. Ray is
 not a setting: a run on workers resumes a local run's partial file and the other way round.
 """
@@ -11,7 +12,6 @@ not a setting: a run on workers resumes a local run's partial file and the other
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import time
@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.records import Record, ResumableWriter, check_output_path, check_settings, \
-    read_partial
-
-SETTINGS_ID = "__prmkit_score_settings__"  # the id of the partial file's settings line
+from prmkit.records import Record, check_output_path
+from prmkit.resume import Header, Partial, as_path, read_checked
+from prmkit.verify.templates import VERIFIER_FILE
 
 
 @dataclass
@@ -55,6 +54,9 @@ def open_scorer(backend: str, model: str | None, token: str | None = None, fmt: 
 
     if backend not in BACKENDS:
         raise PrmkitError(f"--backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend != "generative" and model and os.path.isfile(os.path.join(model, VERIFIER_FILE)):
+        raise PrmkitError(f"--model {model}: a generative verifier (prmkit train verifier); score "
+                          f"it with --backend generative")
     if backend == "hf":
         return open_prm(model, token, fmt, config)
     if backend == "generative":
@@ -84,36 +86,25 @@ def describe(prm: Any) -> dict[str, Any]:
     return {"format": getattr(getattr(prm, "format", None), "name", None), "dtype": dtype}
 
 
-def score_settings(model: str | None, fmt: str | None, config: Any, per_prefix: bool = False,
-                   kind: str = "prm", share_prefix: bool = False,
-                   backend: str = "hf", generation: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The settings that change a scoring run's output (a resume must match them): the model
-    (a folder by its absolute path), the step format, the dtype, the length cut, the device and
-    token budget (the batches' make-up moves low-precision scores), the mode, prefix sharing
-    (it changes the batches too), the backend when it is not hf."""
+def model_identity(model: str | None, token: str | None = None) -> Any:
+    """A scoring model as a resume knows it (:mod:`prmkit.resume`): the default PRM by its name,
+    a folder by its absolute path, a hub id as given, and a ``prmkit serve`` URL by what the
+    server serves (``/health``'s model, format and dtype), so the same model served on another
+    port resumes and another model is refused."""
+    from prmkit.models.backends.remote import RemotePRM, is_remote
     from prmkit.models.pypi import DEFAULT_PRM, is_default
 
-    name = DEFAULT_PRM if is_default(model) else str(model)
-    if not is_default(model) and os.path.exists(name):
-        name = os.path.abspath(name)
-    return {"model": name, "format": fmt or "saved in the model folder",
-            **{k: getattr(config, k, None) for k in ("dtype", "max_length", "device",
-                                                      "token_budget")},
-            "per_prefix": per_prefix, "kind": kind, "share_prefix": share_prefix,
-            **({"backend": backend} if backend != "hf" else {}), **(generation or {})}
+    if is_default(model):
+        return DEFAULT_PRM
+    if not is_remote(str(model)):
+        return as_path(str(model))
+    health = RemotePRM(str(model), token=token).health()
+    return {"served": {k: health.get(k) for k in ("model", "format", "dtype")}}
 
 
-def check_partial(out: str, done: dict[str, dict[str, Any]], records: Sequence[Record],
-                  settings: dict[str, Any] | None) -> None:
-    """Refuse to resume ``out.partial`` when it was written with other settings, or holds a
-    record that is not one of ``records`` as given (apart from its scores)."""
-    head = done.pop(SETTINGS_ID, None)
-    if settings is not None and (done or head):
-        if head is None:
-            raise PrmkitError(f"{out}.partial does not say which model and settings wrote it; "
-                              f"use --no-resume to start again")
-        check_settings(out, {"settings": head.get("settings") or {}},
-                       {"settings": json.loads(json.dumps(settings))})
+def check_rows(out: str, done: dict[str, dict[str, Any]], records: Sequence[Record]) -> None:
+    """Refuse to resume ``out.partial`` when it holds a record that is not one of ``records`` as
+    given (apart from its scores)."""
     given = {r.id: r for r in records}
     for rid, row in done.items():
         rec = given.get(rid)
@@ -122,8 +113,6 @@ def check_partial(out: str, done: dict[str, dict[str, Any]], records: Sequence[R
             raise PrmkitError(f"{out}.partial holds record {rid!r} {'' if rec else 'not '}in the "
                               f"input{f', with another {field!r}' if rec else ''} (other input "
                               f"records?); use --no-resume to start again")
-    if head is not None:
-        done[SETTINGS_ID] = head
 
 
 def _first_difference(rec: Record, row: dict[str, Any]) -> str | None:
@@ -160,7 +149,7 @@ def _restore(rec: Record, row: dict[str, Any] | None, kind: str) -> bool:
 
 def score_records(records: Sequence[Record], prm: Any, out: str | None = None, resume: bool = True,
                   *, kind: str = "prm", per_prefix: bool = False, chunk: int | None = 64,
-                  desc: str = "score", settings: dict[str, Any] | None = None,
+                  desc: str = "score", header: Header | None = None,
                   share_prefix: bool = False, ray: Any = None) -> ScoreResult:
     """Score ``records`` with ``prm`` (a PRM, or a function returning one), writing them to
     ``out`` as they finish when given.
@@ -170,29 +159,31 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
     longest first; with ``chunk=None`` a PRM's ``score_iter`` streams every batch as it ends.
     ``share_prefix``: records with a ``group`` are scored on their group's shared prefix
     (the module docstring); what it computed and saved is the result's ``sharing``.
-    ``settings`` (what changes the scores: model, format, dtype, ...) are written at the head of
-    ``OUT.partial``; a resume from a partial written with other settings, or from other input
-    records, is refused (:func:`check_partial`). ``ray``: score on Ray workers, each opening
-    the PRM with ``prm`` (then a function that pickles, e.g. a partial of :func:`open_scorer`).
+    With ``out``, ``header`` (the command and its whole identity, :mod:`prmkit.resume`) is the
+    first line of ``OUT.partial``; a resume from a partial written with another header, or from
+    other input records (:func:`check_rows`), is refused. ``ray``: score on Ray workers, each
+    opening the PRM with ``prm`` (then a function that pickles, e.g. a partial of
+    :func:`open_scorer`).
     """
     from prmkit.progress import progress
+    from prmkit.verify.prm import GenerativePRM
 
     if chunk is not None and chunk < 1:
         raise PrmkitError(f"--chunk must be positive, got {chunk}")
     if ray is not None and hasattr(prm, "score"):
         raise ValueError("with ray, prm must be a function that opens the PRM on each worker")
+    if out and header is None:
+        raise ValueError("a resumable output needs its header (prmkit.resume.Header)")
     done: dict[str, dict[str, Any]] = {}
     if out:
         check_output_path(out)
-    if out and resume and os.path.exists(out + ".partial"):
-        done = read_partial(out)  # only reads what is finished
-        check_partial(out, done, records, settings)
+    if out and header is not None and resume:
+        done = read_checked(out, header)  # only reads what is finished
+        check_rows(out, done, records)
     todo = [r for r in records if not _restore(r, done.get(r.id), kind)]
     if ray is None and callable(prm) and not hasattr(prm, "score"):
         prm = prm() if todo else None  # opened before any output
-    writer = ResumableWriter(out, resume=resume) if out else None
-    if writer is not None and settings is not None and SETTINGS_ID not in done:
-        writer.write({"id": SETTINGS_ID, "settings": settings})  # left out of OUT by close()
+    writer = Partial(out, header, resume=resume) if out and header is not None else None
     if len(todo) < len(records):
         print(f"resuming: {len(records) - len(todo)} of {len(records)} records already scored"
               f" in {out}.partial", file=sys.stderr)
@@ -215,6 +206,8 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
                 rec.meta["outcome_score"] = scores[-1]
             else:
                 rec.step_scores = scores
+            if isinstance(prm, GenerativePRM):   # what the verifier wrote, kept with the record
+                rec.meta["verifications"] = prm.verifications_of(rec.problem, rec.steps)
             if writer is not None:
                 writer.write(rec)
             bar.update(1)

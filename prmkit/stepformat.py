@@ -198,6 +198,10 @@ PRESETS: dict[str, StepFormat] = {
 }
 
 
+# the generative PRMs' templates (prmkit.verify.templates), which --format also names
+GENERATIVE_TEMPLATES = ("thinkprm", "genprm", "plain")
+
+
 def get_format(name_or_path: str) -> StepFormat:
     """A preset by name, or a format saved as JSON (a file, or a model folder holding one)."""
     if name_or_path in PRESETS:
@@ -210,6 +214,9 @@ def get_format(name_or_path: str) -> StepFormat:
         except json.JSONDecodeError as e:
             raise PrmkitError(f"{path}:{e.lineno}: invalid JSON in step format: {e.msg}") from None
         return StepFormat.from_dict(data, where=path)
+    if name_or_path in GENERATIVE_TEMPLATES:
+        raise PrmkitError(f"--format {name_or_path} is a generative PRM's template, not a step "
+                          f"format: use it with --backend generative")
     raise PrmkitError(f"unknown step format {name_or_path!r}: use one of "
                       f"{', '.join(PRESETS)}, or a path to a {FORMAT_FILE}")
 

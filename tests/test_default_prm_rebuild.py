@@ -64,3 +64,29 @@ def test_unknown_prmbench_category_names_the_folder_and_the_known_ones(rebuild):
         rebuild.prmbench(["counterfactual", "redundancy"])
     msg = str(e.value)
     assert "redundancy" in msg and folder in msg and "redundency" in msg
+
+
+def test_recipe_flags_keep_what_defines_the_recipe(rebuild):
+    argv = ["--recipe", "small", "--n-prm800k", "600", "--work=/tmp/w", "--no-install",
+            "--model", "m", "--last-k", "1", "--card-only"]
+    assert rebuild.recipe_flags(argv) == ["--n-prm800k", "600", "--last-k", "1"]
+
+
+def test_the_card_s_verdict_follows_the_interval():
+    import sys
+
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    from default_prm_card import plainly
+
+    def fig(lo, hi):
+        pb = {"average_f1": 20.0, "average_f1_interval": [15.0, 25.0], "heuristic_average_f1": 30.0,
+              "heuristic_average_f1_interval": [25.0, 35.0], "model_minus_heuristic": (lo + hi) / 2,
+              "model_minus_heuristic_interval": [lo, hi], "per_split_f1": {"a": 10.0, "b": 40.0},
+              "heuristic_per_split_f1": {"a": 20.0, "b": 30.0}, "random_average_f1": 12.0}
+        return {"processbench": pb, "sizes": {"dev": 5}}
+
+    assert "does **not** beat" in plainly(fig(-9.0, -1.0))
+    assert "Why it stays below" in plainly(fig(-9.0, -1.0))
+    assert "- It beats" in plainly(fig(1.0, 9.0)) and "Why" not in plainly(fig(1.0, 9.0))
+    assert "is not told apart from" in plainly(fig(-3.0, 2.0))
+    assert "Splits where it is ahead: b." in plainly(fig(-3.0, 2.0))

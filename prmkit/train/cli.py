@@ -19,24 +19,29 @@ NO_EXAMPLES = {  # what a trainer needs of a record, when it found none
     "prm": "no record has a labelled step (labels or first_error) within --max-length",
     "orm": "no record has is_correct (and, for pairwise, a correct and a wrong solution in a "
            "group) within --max-length",
-    "implicit-prm": "no record has is_correct within --max-length"}
+    "implicit-prm": "no record has is_correct within --max-length",
+    "verifier": "no record gave a verification chain (step labels up to the first wrong step, "
+                "within --max-length; with --chains teacher, one the teacher got right)"}
 
 
 def add_train(sub: Any) -> None:
     from prmkit.train.implicit import ImplicitTrainConfig
     from prmkit.train.orm import ORMTrainConfig
     from prmkit.train.prm import PRMTrainConfig
+    from prmkit.train.verifier import VerifierTrainConfig
 
-    p = sub.add_parser("train", help="train a PRM or an ORM",
-                       description="Train a process (prm) or outcome (orm) reward model. Run "
-                                   "`prmkit train prm --help` for the options.")
+    p = sub.add_parser("train", help="train a PRM, an ORM or a generative verifier",
+                       description="Train a process (prm) or outcome (orm) reward model, or a "
+                                   "generative verifier (verifier). Run `prmkit train prm "
+                                   "--help` for the options.")
     kinds = p.add_subparsers(dest="kind", metavar="KIND",
-                             help="prm (step labels), orm (outcome labels or pairs), or "
-                                  "implicit-prm (a PRM from outcome labels only)")
+                             help="prm (step labels), orm (outcome labels or pairs), "
+                                  "implicit-prm (a PRM from outcome labels only), or verifier "
+                                  "(a generative PRM from step labels)")
     docs = {"prm": "prmkit.train.prm", "orm": "prmkit.train.orm",
-            "implicit-prm": "prmkit.train.implicit"}
+            "implicit-prm": "prmkit.train.implicit", "verifier": "prmkit.train.verifier"}
     for kind, cls in (("prm", PRMTrainConfig), ("orm", ORMTrainConfig),
-                      ("implicit-prm", ImplicitTrainConfig)):
+                      ("implicit-prm", ImplicitTrainConfig), ("verifier", VerifierTrainConfig)):
         module = sys.modules.get(docs[kind]) or __import__(docs[kind], fromlist=["x"])
         k = kinds.add_parser(kind, help=(module.__doc__ or "").strip().splitlines()[0],
                              description=module.__doc__, formatter_class=Formatter)
@@ -60,6 +65,8 @@ def _run_train(args: argparse.Namespace) -> int:
         from prmkit.train.prm import train_prm as run
     elif args.kind == "implicit-prm":
         from prmkit.train.implicit import train_implicit as run
+    elif args.kind == "verifier":
+        from prmkit.train.verifier import train_verifier as run
     else:
         from prmkit.train.orm import train_orm as run
     try:
@@ -74,8 +81,12 @@ def _run_train(args: argparse.Namespace) -> int:
         raise PrmkitError("training ran no step")
     for line in outcome_lines(history, cfg.output):
         print(line)
-    print(f"model folders: {cfg.output}/best, {cfg.output}/last; "
-          f"metrics: {cfg.output}/metrics.jsonl")
+    if args.kind == "verifier":
+        print(f"verifier: {cfg.output} (its best checkpoint; score --backend generative --model "
+              f"{cfg.output}); metrics: {cfg.output}/metrics.jsonl")
+    else:
+        print(f"model folders: {cfg.output}/best, {cfg.output}/last; "
+              f"metrics: {cfg.output}/metrics.jsonl")
     return 0
 
 

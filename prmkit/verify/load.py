@@ -16,10 +16,13 @@ def open_generative(model: str | None, fmt: str | None, config: GenConfig,
     name (default ``plain``); sampled on ``config.server`` when given (an OpenAI-compatible
     server), else with ``config.engine`` (transformers or vLLM); ``hf`` the run's
     :class:`prmkit.models.reading.HFConfig` (dtype, device, trust_remote_code)."""
-    template = T.get_template(fmt or "plain")   # an unknown name before the model loads
     if not model or model == "default":
         raise PrmkitError("--backend generative needs --model: an instruct model (smollm2-135m, "
-                          "gemma3-270m, a folder or a hub id)")
+                          "gemma3-270m, a folder or a hub id), or a verifier trained by "
+                          "`prmkit train verifier`")
+    saved = saved_verifier(model)
+    template = T.get_template(fmt or saved.get("template") or "plain")   # before the model loads
+    config = config.resolved(saved.get("sampling"))
     backend: Any
     if config.server:
         from prmkit.generate.openai import OpenAIConfig
@@ -41,17 +44,48 @@ def open_generative(model: str | None, fmt: str | None, config: GenConfig,
     return GenerativePRM(backend, template, chat, backend.tokenizer.eos_token or "", config)
 
 
+def saved_verifier(model: str) -> dict[str, Any]:
+    """What a verifier folder trained by ``prmkit train verifier`` saved beside its weights
+    (its template and sampling settings); empty for any other model."""
+    import json
+    import os
+
+    path = os.path.join(model, T.VERIFIER_FILE)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as e:
+        raise PrmkitError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(saved, dict) or saved.get("template") not in T.TEMPLATES:
+        raise PrmkitError(f"{path}: field 'template' must name a template "
+                          f"({', '.join(T.TEMPLATES)})")
+    return saved
+
+
+def open_teacher(teacher: str, server_model: str, fmt: str, samples: int, max_new_tokens: int,
+                 seed: int) -> GenerativePRM:
+    """The teacher of ``train verifier --chains teacher``: a model here, or an
+    OpenAI-compatible server (a URL), that samples whole verifications with template ``fmt``."""
+    url = teacher.startswith(("http://", "https://"))
+    config = GenConfig(samples=samples, max_new_tokens=max_new_tokens, temperature=0.7,
+                       verifier_seed=seed, server=teacher if url else None,
+                       server_model=server_model if url else None)
+    return open_generative(server_model if url else teacher, fmt, config)
+
+
 def generation_of(args: Any) -> tuple[GenConfig | None, dict[str, Any] | None]:
-    """The generative PRM's sampling from a command's options, and the settings it adds to a
-    resumable run's (None, None for another backend)."""
+    """The generative PRM's sampling from a command's options, and the settings an evaluation
+    records beside its figures (None, None for another backend)."""
     if getattr(args, "backend", "hf") != "generative":
         return None, None
     import dataclasses
 
     config = GenConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(GenConfig)})
-    settings = dataclasses.asdict(config)
-    settings.pop("server")   # where it runs is not a setting: the same model elsewhere resumes
-    return config, settings
+    from prmkit.resume import config_identity
+
+    return config, config_identity(config)   # where it runs is not a setting
 
 
 def load_tokenizer(model: str) -> Any:

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
+from prmkit.progress import note
 from prmkit.verify import templates as T
 from prmkit.verify.verdicts import Verdict, combine, parse_genprm, parse_whole, step_values
 
@@ -70,19 +71,30 @@ class GenStats:
                 f"verifications; {self.capped} hit --max-new-tokens, {self.unparsable} without "
                 f"a verdict); {self.tokens_generated / per:.0f} tokens generated and "
                 f"{self.seconds / per:.2f} s per solution; {self.prompt_tokens_saved} prompt "
-                f"tokens saved by reading each prompt once for its samples")
+                f"tokens saved by reading each prompt once for its samples"
+                + ("" if self.parsed or not self.samples else
+                   "\nno verification parsed, so every score is null: this model does not write "
+                   "the template's verdicts. Use a verifier trained for it (`prmkit train "
+                   "verifier`, or a public one such as ThinkPRM's)"
+                   + (", or raise --max-new-tokens" if self.capped else "")))
+
+
+SAMPLING_DEFAULTS = {"samples": 1, "max_new_tokens": 1024, "temperature": 0.7}
 
 
 @dataclass
 class GenConfig:
     """How a generative PRM samples its verifications."""
 
-    samples: int = field(default=1, metadata={"help": "verifications sampled per solution (K)"})
-    max_new_tokens: int = field(default=1024, metadata={
+    samples: int | None = field(default=None, metadata={
+        "help": "verifications sampled per solution (K); default: the verifier folder's saved "
+                "setting, else 1"})
+    max_new_tokens: int | None = field(default=None, metadata={
         "help": "the most tokens one verification may have; one that hits it scores nothing "
-                "and is counted"})
-    temperature: float = field(default=0.7, metadata={
-        "help": "sampling temperature of the verifications; 0 = greedy"})
+                "and is counted; default: the verifier folder's saved setting, else 1024"})
+    temperature: float | None = field(default=None, metadata={
+        "help": "sampling temperature of the verifications; 0 = greedy; default: the "
+                "verifier folder's saved setting, else 0.7"})
     verifier_seed: int = field(default=0, metadata={
         "help": "verification k of a prompt is seeded from (this seed, prompt, k)"})
     engine: str = field(default="transformers", metadata={
@@ -90,7 +102,7 @@ class GenConfig:
         "help": "where the verifications are sampled: transformers in this process (CPU or "
                 "GPU), or vLLM's offline engine on a GPU (pip install 'prmkit[vllm]')"})
     server: str | None = field(default=None, metadata={
-        "metavar": "URL",
+        "metavar": "URL", "identity": False,   # where it runs: the same model elsewhere resumes
         "help": "sample on an OpenAI-compatible server (its /v1 root, e.g. "
                 "http://127.0.0.1:8000/v1) that returns logprobs, instead of with transformers "
                 "here; --model then names the tokenizer the prompts are rendered with"})
@@ -100,10 +112,21 @@ class GenConfig:
     def __post_init__(self) -> None:
         from prmkit.errors import PrmkitError
 
-        if self.samples < 1 or self.max_new_tokens < 1 or self.temperature < 0:
+        if (self.samples is not None and self.samples < 1) or (
+                self.max_new_tokens is not None and self.max_new_tokens < 1) or (
+                self.temperature is not None and self.temperature < 0):
             raise PrmkitError(f"--samples and --max-new-tokens must be positive and "
                               f"--temperature not negative, got {self.samples}, "
                               f"{self.max_new_tokens}, {self.temperature}")
+
+    def resolved(self, saved: Mapping[str, Any] | None = None) -> "GenConfig":
+        """This config with each unset sampling setting taken from ``saved`` (a trained
+        verifier folder's), else from :data:`SAMPLING_DEFAULTS`."""
+        import dataclasses
+
+        return dataclasses.replace(self, **{
+            k: (saved or {}).get(k, v) if getattr(self, k) is None else getattr(self, k)
+            for k, v in SAMPLING_DEFAULTS.items()})
 
 
 class GenerativePRM:
@@ -115,12 +138,13 @@ class GenerativePRM:
         self.template = template
         self.chat = chat
         self.eos = eos
-        self.config = config or GenConfig()
+        self.config = (config or GenConfig()).resolved()   # unset settings: the defaults
         self.stats = GenStats()
         if hasattr(backend, "stats"):
             backend.stats = self.stats   # the backend counts the prompt tokens it reads
         self.words = tuple(template.verdicts.split(","))
         self.format = template   # what scoring.describe() names
+        self.written: dict[tuple[str, tuple[str, ...]], list[str]] = {}   # see verifications_of
         self.model = getattr(backend, "model", None)   # and its dtype, where it runs here
 
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
@@ -141,10 +165,21 @@ class GenerativePRM:
             self.stats.seconds += time.time() - start
             yield i, scores
 
+    @staticmethod
+    def _key(problem: str, steps: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+        return problem, tuple(steps)
+
+    def verifications_of(self, problem: str, steps: Sequence[str]) -> list[str]:
+        """The texts this PRM wrote when it scored this solution (one per verification; a
+        GenPRM chain's step turns joined), taken out of its memory; empty when it has none."""
+        return self.written.pop(self._key(problem, steps), [])
+
     def _sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
                 seed: int) -> list[Sample]:
         samples = self.backend.sample(prompt, n, stop, max_tokens, self.config.temperature, seed)
         self.stats.tokens_generated += sum(s.n_tokens for s in samples)
+        note(verifications=self.stats.samples + n, parsed=self.stats.parsed,
+             tokens=self.stats.tokens_generated)   # progress inside a solution
         return samples
 
     def _count(self, sample: Sample, parsed: bool) -> bool:
@@ -164,6 +199,7 @@ class GenerativePRM:
         prompt = T.whole_prompt(self.template, self.chat, problem, steps)
         samples = self._sample(prompt, self.config.samples, T.whole_stops(len(steps)),
                                self.config.max_new_tokens, self.config.verifier_seed)
+        self.written[self._key(problem, steps)] = [s.text for s in samples]
         kept: list[tuple[Sample, list[Verdict | None]]] = []
         for s in samples:
             verdicts = parse_whole(s.text, len(steps))
@@ -199,6 +235,7 @@ class GenerativePRM:
                 value, text = self._genprm_verdict(prompt, first, c)
                 values[c].append(value)
                 earlier[c].append(T.GENPRM_ANALYZE.format(k=j + 1) + text)
+        self.written[self._key(problem, steps)] = ["".join(chain) for chain in earlier]
         return combine(values, len(steps))
 
     def _genprm_verdict(self, prompt: str, first: Sample, chain: int) -> tuple[float | None, str]:
@@ -219,6 +256,19 @@ class GenerativePRM:
         p = self.backend.verdict_probs(head, [out], self.words, [[verdict.at]])[0][0]
         return (float(verdict.correct) if p is None else p), text
 
+
+    def verifications(self, problem: str, steps: Sequence[str]) -> list[str]:
+        """The texts of this PRM's ``samples`` verifications of one whole solution (a template
+        that verifies all steps at once), as a teacher writes chains to train on."""
+        if self.template.per_step:
+            from prmkit.errors import PrmkitError
+
+            raise PrmkitError(f"template {self.template.name!r} verifies one step per turn; a "
+                              f"teacher writes whole chains (thinkprm or plain)")
+        prompt = T.whole_prompt(self.template, self.chat, problem, list(steps))
+        samples = self._sample(prompt, self.config.samples, T.whole_stops(len(steps)),
+                               self.config.max_new_tokens, self.config.verifier_seed)
+        return [s.text for s in samples if s.finish_reason != "length"]
 
 def verdict_row(texts: Sequence[str], tops: Sequence[Mapping[Any, float]], at: Sequence[int],
                 yes: Any, no: Any) -> list[float | None]:

