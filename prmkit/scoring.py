@@ -25,6 +25,9 @@ from prmkit.resume import Header, Partial, as_path, read_checked
 from prmkit.verify.templates import VERIFIER_FILE
 
 
+WRITTEN_META = ("outcome_score", "verifications")   # what scoring adds to a record's meta
+
+
 @dataclass
 class ScoreResult:
     """What a scoring run did: the PRM it used (None when nothing was left to score), how many
@@ -124,8 +127,8 @@ def _first_difference(rec: Record, row: dict[str, Any]) -> str | None:
         if name == "step_scores":
             continue
         if name == "meta":
-            a = {k: v for k, v in (a or {}).items() if k != "outcome_score"}
-            b = {k: v for k, v in (b or {}).items() if k != "outcome_score"}
+            a = {k: v for k, v in (a or {}).items() if k not in WRITTEN_META}
+            b = {k: v for k, v in (b or {}).items() if k not in WRITTEN_META}
         if a != b:
             return name
     return None
@@ -144,6 +147,8 @@ def _restore(rec: Record, row: dict[str, Any] | None, kind: str) -> bool:
     if row.get("step_scores") is None:
         return False
     rec.step_scores = row["step_scores"]
+    if "verifications" in (row.get("meta") or {}):
+        rec.meta["verifications"] = row["meta"]["verifications"]
     return True
 
 
