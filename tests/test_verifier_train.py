@@ -104,6 +104,9 @@ def test_a_verifier_folder_s_settings_apply_where_the_user_set_none():
     (["--chains", "teacher"], "--chains teacher needs --teacher"),
     (["--teacher", "smollm2-135m"], "--teacher is read only with --chains teacher"),
     (["--head-lr", "1e-3"], "--head-lr: a verifier has no classification head"),
+    (["--chains", "teacher", "--teacher", "smollm2-135m", "--teacher-model", "m"],
+     "--teacher is not a URL"),
+    (["--train", "lora"], "add --no-cache-frozen"),
 ])
 def test_options_that_cannot_apply_are_refused(tmp_path, capsys, extra, says):
     data = tmp_path / "d.jsonl"

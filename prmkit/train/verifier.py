@@ -41,9 +41,12 @@ class VerifierTrainConfig(TrainConfig):
     data: str = field(metadata={"help": "step-labelled records (labels or first_error; any "
                                         "layout prmkit reads)"})
     output: str = field(metadata={
-        "help": "output folder: best/ and last/ (each a verifier folder), metrics.jsonl"})
+        "help": "output folder: the verifier itself (its best checkpoint, what score "
+                "--backend generative --model takes), with last/ to resume and metrics.jsonl"})
     eval_data: str | None = field(default=None, metadata={
-        "help": "step-labelled dev records: their chains' token loss picks best/"})
+        "help": "step-labelled dev records: their chains' token loss picks the best checkpoint "
+                "(with --chains teacher, the dev chains are the labels' own: no teacher runs "
+                "on them)"})
     format: str = field(default="thinkprm", metadata={
         "choices": list(C.TEMPLATES),
         "help": "the verifier's template (its prompt and verdict words), saved with it"})
@@ -51,8 +54,8 @@ class VerifierTrainConfig(TrainConfig):
         "choices": list(C.SOURCES),
         "help": "where the verification chains come from: labels (the verdicts alone, the "
                 "baseline), lab (each step set against the problem's sentence from the lab "
-                "world's exact values; lab problems only), teacher (written by --teacher, kept where every verdict "
-                "agrees with the labels)"})
+                "world's exact values; lab problems only), teacher (written by --teacher, kept "
+                "where every verdict agrees with the labels)"})
     teacher: str | None = field(default=None, metadata={
         "help": "--chains teacher: the model that writes the chains: a default name, folder or "
                 "hub id (transformers here), or an OpenAI-compatible server's /v1 URL"})
@@ -82,6 +85,9 @@ class VerifierTrainConfig(TrainConfig):
         if self.chains != "teacher" and self.teacher:
             raise PrmkitError(f"--teacher is read only with --chains teacher, not --chains "
                               f"{self.chains}")
+        if self.teacher_model and not str(self.teacher).startswith(("http://", "https://")):
+            raise PrmkitError("--teacher-model names the model a --teacher server knows; "
+                              "--teacher is not a URL")
         if self.cache_frozen and self.loop.train != "last-k":
             raise PrmkitError(f"--train {self.loop.train} trains the layers --cache-frozen would "
                               f"store: add --no-cache-frozen")
@@ -250,7 +256,7 @@ def train_verifier(cfg: VerifierTrainConfig) -> list[dict[str, Any]]:
     tokenizer = AutoTokenizer.from_pretrained(path)
     train, counts = make_chains(cfg, cfg.training_records())
     dev, _ = make_chains(dataclasses.replace(cfg, chains="labels" if cfg.chains == "teacher"
-                                             else cfg.chains, teacher=None),
+                                             else cfg.chains, teacher=None, teacher_model=None),
                          read_records(cfg.eval_data)) if cfg.eval_data else ([], {})
     examples, long = examples_of(train, tokenizer, template, cfg.max_length)
     dev_examples, _ = examples_of(dev, tokenizer, template, cfg.max_length)
