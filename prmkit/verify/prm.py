@@ -152,7 +152,9 @@ class GenerativePRM:
 
     def score_iter(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> Iterator[
             tuple[int, list[float | None]]]:
-        """``(index, step_scores)`` of each solution as it finishes, in order."""
+        """``(index, step_scores)`` of each solution as it finishes, in order. The texts of
+        this call's verifications are kept until the next call (:meth:`verifications_of`)."""
+        self.written.clear()   # a long-lived PRM (serve, search) keeps one call's texts at most
         for i, (problem, solution) in enumerate(zip(problems, steps)):
             start = time.time()
             if not solution:
@@ -255,7 +257,6 @@ class GenerativePRM:
         self.stats.parsed += 1
         p = self.backend.verdict_probs(head, [out], self.words, [[verdict.at]])[0][0]
         return (float(verdict.correct) if p is None else p), text
-
 
     def verifications(self, problem: str, steps: Sequence[str]) -> list[str]:
         """The texts of this PRM's ``samples`` verifications of one whole solution (a template
