@@ -64,8 +64,13 @@ def test_every_linked_file_exists():
 
 
 @pytest.mark.parametrize("block", [b for b in PYTHON_BLOCKS if SERVER_URL not in b])
-def test_python_examples_run(block):
-    exec(compile(block, "README.md", "exec"), {})
+def test_python_examples_run(block, tmp_path):
+    """Each example in its own process, as a user runs it: the PRMTrainer example's
+    transformers Trainer leaves process state behind that moves later float32 forwards past
+    the cached-frozen check's tolerance when it runs inside the test process."""
+    done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_every_prmkit_command_in_the_readme_parses():
