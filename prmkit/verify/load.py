@@ -68,7 +68,9 @@ def open_teacher(teacher: str, server_model: str, fmt: str, samples: int, max_ne
                  seed: int) -> GenerativePRM:
     """The teacher of ``train verifier --chains teacher``: a model here, or an
     OpenAI-compatible server (a URL), that samples whole verifications with template ``fmt``."""
-    url = teacher.startswith(("http://", "https://"))
+    from prmkit.models.backends.remote import is_remote
+
+    url = is_remote(teacher)
     config = GenConfig(samples=samples, max_new_tokens=max_new_tokens, temperature=0.7,
                        verifier_seed=seed, server=teacher if url else None,
                        server_model=server_model if url else None)

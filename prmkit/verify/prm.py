@@ -198,9 +198,7 @@ class GenerativePRM:
 
     def _score_whole(self, problem: str, steps: list[str]) -> list[float | None]:
         """ThinkPRM and plain: K verifications of the whole solution."""
-        prompt = T.whole_prompt(self.template, self.chat, problem, steps)
-        samples = self._sample(prompt, self.config.samples, T.whole_stops(len(steps)),
-                               self.config.max_new_tokens, self.config.verifier_seed)
+        prompt, samples = self._whole_samples(problem, steps)
         self.written[self._key(problem, steps)] = [s.text for s in samples]
         kept: list[tuple[Sample, list[Verdict | None]]] = []
         for s in samples:
@@ -266,10 +264,14 @@ class GenerativePRM:
 
             raise PrmkitError(f"template {self.template.name!r} verifies one step per turn; a "
                               f"teacher writes whole chains (thinkprm or plain)")
-        prompt = T.whole_prompt(self.template, self.chat, problem, list(steps))
-        samples = self._sample(prompt, self.config.samples, T.whole_stops(len(steps)),
-                               self.config.max_new_tokens, self.config.verifier_seed)
-        return [s.text for s in samples if s.finish_reason != "length"]
+        return [s.text for s in self._whole_samples(problem, list(steps))[1]
+                if s.finish_reason != "length"]
+
+    def _whole_samples(self, problem: str, steps: list[str]) -> tuple[str, list[Sample]]:
+        """The prompt of a whole verification of ``steps`` and its ``samples`` verifications."""
+        prompt = T.whole_prompt(self.template, self.chat, problem, steps)
+        return prompt, self._sample(prompt, self.config.samples, T.whole_stops(len(steps)),
+                                    self.config.max_new_tokens, self.config.verifier_seed)
 
 def verdict_row(texts: Sequence[str], tops: Sequence[Mapping[Any, float]], at: Sequence[int],
                 yes: Any, no: Any) -> list[float | None]:
