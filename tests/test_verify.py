@@ -212,6 +212,39 @@ def test_genprm_chains_verify_each_step_after_their_own_verifications():
     assert (prm.stats.samples, prm.stats.parsed, prm.stats.capped, prm.stats.unparsable) == (6, 4, 1, 1)
 
 
+def test_a_verifier_with_the_calculator_reads_its_notes_and_keeps_the_record_s_steps():
+    """calculator=True (a verifier trained with it): the prompt shows each wrong equation with
+    the calculator's note, for a whole verification and for GenPRM's turns; the texts it wrote
+    are kept under the steps as the record has them."""
+    steps = ["2 + 3 = 6.", "6 * 2 = 12.", "The answer is 12."]
+    shown = "2 + 3 = 6 [calculator: 5]."
+    backend = Scripted([(THINK_OK, "eos")], probs=False)
+    tok = rt.smollm2()
+    t = T.get_template("thinkprm")
+    prm = GenerativePRM(backend, t, T.chat_of(tok, t, "m"), tok.eos_token,
+                        GenConfig(samples=1, max_new_tokens=50), calculator=True)
+    prm.score([PROBLEM], [steps])
+    assert f"Step 1: {shown}" in backend.prompts[0] and "6 * 2 = 12." in backend.prompts[0]
+    assert prm.verifications_of(PROBLEM, steps) == [THINK_OK]
+    plain = Scripted([(THINK_OK, "eos")], probs=False)
+    prm_for("thinkprm", plain, 1).score([PROBLEM], [steps])
+    assert "[calculator:" not in plain.prompts[0]
+    g = Scripted([("a</analyze>\n", "stop"), ("{Yes}$\n</output>\n", "stop")] * 3, probs=False)
+    gt = T.get_template("genprm")
+    GenerativePRM(g, gt, T.chat_of(tok, gt, "m"), tok.eos_token,
+                  GenConfig(samples=1, max_new_tokens=50), calculator=True).score([PROBLEM], [steps])
+    assert shown in g.prompts[0]
+
+
+def test_two_records_with_the_same_solution_both_keep_what_was_written():
+    backend = Scripted([(THINK_OK, "eos")] * 3, probs=False)
+    prm = prm_for("thinkprm", backend, 1)
+    prm.score([PROBLEM, PROBLEM], [STEPS, STEPS])
+    assert prm.verifications_of(PROBLEM, STEPS) == prm.verifications_of(PROBLEM, STEPS) == [THINK_OK]
+    prm.score([PROBLEM], [STEPS[:1]])          # the next call forgets the last one's texts
+    assert prm.verifications_of(PROBLEM, STEPS) == []
+
+
 def test_gen_config_refuses_bad_values():
     with pytest.raises(PrmkitError, match="--samples"):
         GenConfig(samples=0)

@@ -117,6 +117,8 @@ def test_openai_backend_reads_the_verdicts_logprobs():
         prompt = T.whole_prompt(t, T.chat_of(tok, t, "m"), PROBLEM, STEPS)
         assert scores == pytest.approx(expected(prompt, 3, 3), abs=1e-12)
         assert all(b["logprobs"] == 5 and b["stop"] == T.whole_stops(3) for b in server.bodies)
+        # llama.cpp samples without its repeat penalty, as the logprobs it returns are read
+        assert all(b["repeat_penalty"] == 1.0 for b in server.bodies)
         assert len({b["seed"] for b in server.bodies}) == 3
         assert prm.stats.parsed == 3
     finally:

@@ -67,6 +67,18 @@ class TrainConfig:
         return self.dtype == "bfloat16"
 
 
+def check_frozen_cache(cache_frozen: bool, frozen_store: str | None, train: str,
+                       on_by_default: bool) -> None:
+    """``--cache-frozen`` and ``--frozen-store`` against ``--train`` (one check for every
+    trainer that takes them; ``on_by_default``: the message says how to turn the cache off)."""
+    if cache_frozen and train != "last-k":
+        raise PrmkitError(f"--train {train} trains the layers --cache-frozen would store: add "
+                          f"--no-cache-frozen" if on_by_default else
+                          f"--cache-frozen needs --train last-k (got {train})")
+    if frozen_store and not cache_frozen:
+        raise PrmkitError("--frozen-store needs --cache-frozen")
+
+
 def training_format(name: str, head: str, calculator: bool = False) -> StepFormat:
     """The preset with its reading set by ``head`` (and the calculator's notes when asked):
     what the trained model will store."""

@@ -26,8 +26,9 @@ from prmkit.errors import PrmkitError
 from prmkit.formats.detect import read_records
 from prmkit.records import Record, first_error_from_labels
 from prmkit.stepformat import BoundFormat
-from prmkit.train.common import (HEADS, TrainConfig, auc, load_base, make_saver, pad_id,
-                                 read_logits, score_with_progress, training_format)
+from prmkit.train.common import (HEADS, TrainConfig, auc, check_frozen_cache, load_base,
+                                 make_saver, pad_id, read_logits, score_with_progress,
+                                 training_format)
 from prmkit.train.loop import HEAD_MODULES, Example, Loop, set_trainable
 
 FITNESS = ("auc", "f1", "f1-tuned")
@@ -84,10 +85,7 @@ class PRMTrainConfig(TrainConfig):
             raise PrmkitError(f"--labels {self.labels!r} is not hard or soft")
         if self.fitness not in FITNESS:
             raise PrmkitError(f"--fitness {self.fitness!r} is not one of {', '.join(FITNESS)}")
-        if self.cache_frozen and self.loop.train != "last-k":
-            raise PrmkitError(f"--cache-frozen needs --train last-k (got {self.loop.train})")
-        if self.frozen_store and not self.cache_frozen:
-            raise PrmkitError("--frozen-store needs --cache-frozen")
+        check_frozen_cache(self.cache_frozen, self.frozen_store, self.loop.train, False)
         self.check_common()
 
 

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.records import Record
-from prmkit.train.common import TrainConfig, pad_id
+from prmkit.train.common import TrainConfig, check_frozen_cache, pad_id
 from prmkit.train.loop import Example, Loop, LoopConfig, NoExamples, set_trainable
 from prmkit.verify import chains as C
 from prmkit.verify import templates as T
@@ -53,9 +53,15 @@ class VerifierTrainConfig(TrainConfig):
     chains: str = field(default="lab", metadata={
         "choices": list(C.SOURCES),
         "help": "where the verification chains come from: labels (the verdicts alone, the "
-                "baseline), lab (each step set against the problem's sentence from the lab "
-                "world's exact values; lab problems only), teacher (written by --teacher, kept "
-                "where every verdict agrees with the labels)"})
+                "baseline), lab (each step copied, then set against what its problem calls "
+                "for, from the lab world's exact values; lab problems only), teacher (written "
+                "by --teacher, kept where every verdict agrees with the labels)"})
+    calculator: bool = field(default=True, metadata={
+        "help": "the verifier reads each step with the calculator's note after a wrong "
+                "equation (prmkit/calculator.py, as the step format calculator writes it; a "
+                "tool's output, as GenPRM's verifier reads its code's), in training and in "
+                "scoring (saved with it); --no-calculator: the steps as written, ThinkPRM's "
+                "prompt"})
     teacher: str | None = field(default=None, metadata={
         "help": "--chains teacher: the model that writes the chains: a default name, folder or "
                 "hub id (transformers here), or an OpenAI-compatible server's /v1 URL"})
@@ -88,11 +94,7 @@ class VerifierTrainConfig(TrainConfig):
         if self.teacher_model and not str(self.teacher).startswith(("http://", "https://")):
             raise PrmkitError("--teacher-model names the model a --teacher server knows; "
                               "--teacher is not a URL")
-        if self.cache_frozen and self.loop.train != "last-k":
-            raise PrmkitError(f"--train {self.loop.train} trains the layers --cache-frozen would "
-                              f"store: add --no-cache-frozen")
-        if self.frozen_store and not self.cache_frozen:
-            raise PrmkitError("--frozen-store needs --cache-frozen")
+        check_frozen_cache(self.cache_frozen, self.frozen_store, self.loop.train, True)
         if self.loop.head_lr is not None:
             raise PrmkitError("--head-lr: a verifier has no classification head (it writes its "
                               "verdicts through the LM head); use --lr")
@@ -107,7 +109,8 @@ def reviews_of(cfg: VerifierTrainConfig, record: Record, labels: list[bool]) -> 
     from prmkit.world.chains import lab_reviews
 
     try:
-        return lab_reviews(record.problem, record.steps, [float(x) for x in labels])
+        shown = [T.step_line(s) for s in T.shown(record.steps, cfg.calculator)]
+        return lab_reviews(record.problem, record.steps, [float(x) for x in labels], shown)
     except PrmkitError as e:
         raise PrmkitError(f"{cfg.data}: record {record.id!r}: --chains lab reads lab problems "
                           f"only ({e})") from None
@@ -128,7 +131,8 @@ def make_chains(cfg: VerifierTrainConfig, records: Sequence[Record]) -> tuple[li
     from prmkit.verify.load import open_teacher
 
     teacher = open_teacher(cfg.teacher, cfg.teacher_model or cfg.base, cfg.format,
-                           cfg.teacher_samples, cfg.teacher_max_new_tokens, cfg.loop.seed)
+                           cfg.teacher_samples, cfg.teacher_max_new_tokens, cfg.loop.seed,
+                           cfg.calculator)
     out = []
     for r, labels in labelled:
         counts["teacher_tried"] += 1
@@ -141,15 +145,17 @@ def make_chains(cfg: VerifierTrainConfig, records: Sequence[Record]) -> tuple[li
 
 
 def examples_of(chains: Sequence[C.Chain], tokenizer: Any, template: T.Template,
-                max_length: int) -> tuple[list[Example], int]:
-    """One training example per chain: the prompt's ids, then the chain's and the end token;
-    read at every position that predicts a chain token. And how many were too long."""
+                max_length: int, calculator: bool) -> tuple[list[Example], int]:
+    """One training example per chain: the prompt's ids (the steps with the calculator's
+    notes where ``calculator``), then the chain's and the end token; read at every position
+    that predicts a chain token. And how many were too long."""
     chat = T.chat_of(tokenizer, template, "--base")
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     out, long = [], 0
     for c in chains:
-        prompt = tokenizer(T.whole_prompt(template, chat, c.record.problem, c.record.steps),
-                           add_special_tokens=False)["input_ids"]
+        text = T.whole_prompt(template, chat, c.record.problem,
+                              T.shown(c.record.steps, calculator))
+        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
         answer = tokenizer(c.text, add_special_tokens=False)["input_ids"] + eos
         ids = prompt + answer
         if len(ids) > max_length:
@@ -236,8 +242,8 @@ def save_verifier(cfg: VerifierTrainConfig, tokenizer: Any, counts: dict[str, in
     whole.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     with open(os.path.join(folder, T.VERIFIER_FILE), "w", encoding="utf-8") as f:
-        json.dump({"template": cfg.format, "chains": cfg.chains, "base": cfg.base,
-                   "sampling": sampling}, f, indent=2)
+        json.dump({"template": cfg.format, "calculator": cfg.calculator, "chains": cfg.chains,
+                   "base": cfg.base, "sampling": sampling}, f, indent=2)
     with open(os.path.join(folder, "prmkit_train.json"), "w", encoding="utf-8") as f:
         json.dump({"kind": "verifier", "config": {k: v for k, v in dataclasses.asdict(cfg).items()
                                                   if k != "command"},
@@ -258,8 +264,8 @@ def train_verifier(cfg: VerifierTrainConfig) -> list[dict[str, Any]]:
     dev, _ = make_chains(dataclasses.replace(cfg, chains="labels" if cfg.chains == "teacher"
                                              else cfg.chains, teacher=None, teacher_model=None),
                          read_records(cfg.eval_data)) if cfg.eval_data else ([], {})
-    examples, long = examples_of(train, tokenizer, template, cfg.max_length)
-    dev_examples, _ = examples_of(dev, tokenizer, template, cfg.max_length)
+    examples, long = examples_of(train, tokenizer, template, cfg.max_length, cfg.calculator)
+    dev_examples, _ = examples_of(dev, tokenizer, template, cfg.max_length, cfg.calculator)
     print(f"train verifier: {len(examples)} chains from {counts['records']} records "
           f"({counts['unlabelled']} without step labels, {long} longer than --max-length"
           + (f"; the teacher's chains agreed with the labels on {counts['teacher_kept']} of "

@@ -12,8 +12,8 @@ at PRM800K's first wrong step.
 Where the reviews come from (``--chains``):
 
 * ``labels``: no review, the verdict alone: the baseline that shows what reasoning adds;
-* ``lab``: each step set against the problem's own sentence, from the lab world's exact
-  values (:mod:`prmkit.world.chains`);
+* ``lab``: each step copied, then set against what its problem calls for, from the lab
+  world's exact values (:mod:`prmkit.world.chains`);
 * ``teacher``: chains a teacher model writes with the template, kept only where every verdict
   it gives agrees with the step labels up to the first wrong step (ThinkPRM's filter).
 

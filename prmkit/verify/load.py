@@ -11,11 +11,13 @@ from prmkit.verify.prm import GenConfig, GenerativePRM
 
 
 def open_generative(model: str | None, fmt: str | None, config: GenConfig,
-                    hf: Any = None) -> GenerativePRM:
+                    hf: Any = None, calculator: bool | None = None) -> GenerativePRM:
     """A generative PRM: ``model`` a default model name, folder or hub id; ``fmt`` a template
     name (default ``plain``); sampled on ``config.server`` when given (an OpenAI-compatible
     server), else with ``config.engine`` (transformers or vLLM); ``hf`` the run's
-    :class:`prmkit.models.reading.HFConfig` (dtype, device, trust_remote_code)."""
+    :class:`prmkit.models.reading.HFConfig` (dtype, device, trust_remote_code); ``calculator``
+    whether the steps are read with the calculator's notes (default: as the verifier folder
+    was trained, else not)."""
     if not model or model == "default":
         raise PrmkitError("--backend generative needs --model: an instruct model (smollm2-135m, "
                           "gemma3-270m, a folder or a hub id), or a verifier trained by "
@@ -41,7 +43,10 @@ def open_generative(model: str | None, fmt: str | None, config: GenConfig,
                                    getattr(hf, "device", "cpu"),
                                    getattr(hf, "trust_remote_code", False))
     chat = T.chat_of(backend.tokenizer, template, model)
-    return GenerativePRM(backend, template, chat, backend.tokenizer.eos_token or "", config)
+    if calculator is None:
+        calculator = bool(saved.get("calculator", False))
+    return GenerativePRM(backend, template, chat, backend.tokenizer.eos_token or "", config,
+                         calculator)
 
 
 def saved_verifier(model: str) -> dict[str, Any]:
@@ -61,20 +66,24 @@ def saved_verifier(model: str) -> dict[str, Any]:
     if not isinstance(saved, dict) or saved.get("template") not in T.TEMPLATES:
         raise PrmkitError(f"{path}: field 'template' must name a template "
                           f"({', '.join(T.TEMPLATES)})")
+    if not isinstance(saved.get("calculator", False), bool):
+        raise PrmkitError(f"{path}: field 'calculator' must be true or false, got "
+                          f"{saved['calculator']!r}")
     return saved
 
 
 def open_teacher(teacher: str, server_model: str, fmt: str, samples: int, max_new_tokens: int,
-                 seed: int) -> GenerativePRM:
+                 seed: int, calculator: bool = False) -> GenerativePRM:
     """The teacher of ``train verifier --chains teacher``: a model here, or an
-    OpenAI-compatible server (a URL), that samples whole verifications with template ``fmt``."""
+    OpenAI-compatible server (a URL), that samples whole verifications with template ``fmt``,
+    reading the steps as the verifier it teaches will (``calculator``)."""
     from prmkit.models.backends.remote import is_remote
 
     url = is_remote(teacher)
     config = GenConfig(samples=samples, max_new_tokens=max_new_tokens, temperature=0.7,
                        verifier_seed=seed, server=teacher if url else None,
                        server_model=server_model if url else None)
-    return open_generative(server_model if url else teacher, fmt, config)
+    return open_generative(server_model if url else teacher, fmt, config, calculator=calculator)
 
 
 def generation_of(args: Any) -> tuple[GenConfig | None, dict[str, Any] | None]:

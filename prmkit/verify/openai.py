@@ -24,6 +24,13 @@ from prmkit.verify.prm import GenStats, Sample, verdict_row
 TOP_LOGPROBS = 5
 
 
+# llama.cpp's servers sample with a repeat penalty (llama-cpp-python's default 1.1) that the
+# logprobs they return leave out: a verifier's sampled verdict then disagrees with the P(correct)
+# read from them (measured: a trained verifier's "correct" at P 0.77 sampled as "incorrect").
+# Servers that do not know the field ignore it, as they do include_stop_str_in_output.
+NO_PENALTY = {"repeat_penalty": 1.0}
+
+
 class OpenAIVerifier:
     """A model on an OpenAI-compatible server as a :class:`prmkit.verify.prm.VerifierBackend`."""
 
@@ -37,7 +44,8 @@ class OpenAIVerifier:
                temperature: float, seed: int | None) -> list[Sample]:
         bodies = [{"model": self.config.model, "prompt": prompt, "n": 1, "max_tokens": max_tokens,
                    "temperature": temperature, "top_p": 1.0, "seed": sample_seed(seed, prompt, k),
-                   "stop": list(stop), "logprobs": TOP_LOGPROBS, **self.config.extra}
+                   "stop": list(stop), "logprobs": TOP_LOGPROBS, **NO_PENALTY,
+                   **self.config.extra}
                   for k in range(n)]
         with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool:
             answers = list(pool.map(self.client.post, bodies))

@@ -133,8 +133,9 @@ class GenerativePRM:
     """A generative PRM over a backend, a template and its chat template."""
 
     def __init__(self, backend: VerifierBackend, template: T.Template, chat: T.Chat | None,
-                 eos: str = "", config: GenConfig | None = None):
+                 eos: str = "", config: GenConfig | None = None, calculator: bool = False):
         self.backend = backend
+        self.calculator = calculator   # the steps are read with the calculator's notes
         self.template = template
         self.chat = chat
         self.eos = eos
@@ -172,9 +173,11 @@ class GenerativePRM:
         return problem, tuple(steps)
 
     def verifications_of(self, problem: str, steps: Sequence[str]) -> list[str]:
-        """The texts this PRM wrote when it scored this solution (one per verification; a
-        GenPRM chain's step turns joined), taken out of its memory; empty when it has none."""
-        return self.written.pop(self._key(problem, steps), [])
+        """The texts this PRM wrote when it scored this solution in its last call (one per
+        verification; a GenPRM chain's step turns joined); empty when it has none. Two records
+        with the same problem and steps get the same texts (their prompts, and so their seeded
+        samples, are the same)."""
+        return list(self.written.get(self._key(problem, steps), []))
 
     def _sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
                 seed: int) -> list[Sample]:
@@ -222,8 +225,9 @@ class GenerativePRM:
         k_chains = self.config.samples
         earlier: list[list[str]] = [[] for _ in range(k_chains)]
         values: list[list[float | None]] = [[] for _ in range(k_chains)]
+        shown = T.shown(steps, self.calculator)
         for j in range(len(steps)):
-            prompts = [T.genprm_prompt(self.chat, self.eos, problem, steps, e) for e in earlier]
+            prompts = [T.genprm_prompt(self.chat, self.eos, problem, shown, e) for e in earlier]
             if j == 0:   # one prompt for all chains: sampled together, read once
                 firsts = self._sample(prompts[0], k_chains, [T.GENPRM_ANALYZE_STOP],
                                       self.config.max_new_tokens, self.config.verifier_seed)
@@ -269,7 +273,8 @@ class GenerativePRM:
 
     def _whole_samples(self, problem: str, steps: list[str]) -> tuple[str, list[Sample]]:
         """The prompt of a whole verification of ``steps`` and its ``samples`` verifications."""
-        prompt = T.whole_prompt(self.template, self.chat, problem, steps)
+        prompt = T.whole_prompt(self.template, self.chat, problem,
+                                T.shown(steps, self.calculator))
         return prompt, self._sample(prompt, self.config.samples, T.whole_stops(len(steps)),
                                     self.config.max_new_tokens, self.config.verifier_seed)
 

@@ -96,10 +96,26 @@ def chat_of(tokenizer: Any, template: Template, model: str) -> Chat | None:
     return None
 
 
+def step_line(step: str) -> str:
+    """A step as ThinkPRM's solution text shows it after ``Step i:`` (its own ``Step N:``
+    removed)."""
+    return re.sub(r"Step \d+:", "", step).strip()
+
+
 def numbered(steps: Sequence[str]) -> str:
-    """ThinkPRM's solution text: ``Step i: text`` lines, a step's own ``Step N:`` removed."""
-    return "\n".join(f"Step {i}: " + re.sub(r"Step \d+:", "", s).strip()
-                     for i, s in enumerate(steps, 1))
+    """ThinkPRM's solution text: ``Step i: text`` lines."""
+    return "\n".join(f"Step {i}: {step_line(s)}" for i, s in enumerate(steps, 1))
+
+
+def shown(steps: Sequence[str], calculator: bool) -> list[str]:
+    """The steps as a verifier reads them: with the calculator's note after each wrong
+    equation (:func:`prmkit.calculator.annotate`) for a verifier trained with the calculator,
+    as the discriminative step format ``calculator`` writes them; else as written."""
+    if not calculator:
+        return list(steps)
+    from prmkit.calculator import annotate
+
+    return [annotate(s) for s in steps]
 
 
 def whole_prompt(template: Template, chat: Chat | None, problem: str,

@@ -325,16 +325,6 @@ def check_step(step: str, values: Sequence[int], answer: int, at: int = 0) -> tu
     return (True if claims else None), at
 
 
-def stated_claim(step: str) -> str:
-    """What a step claims, as written: its last calculation (``20 + 8 = 29``), else its final
-    answer (``the answer is 29``), else ``nothing``."""
-    equations = [m.group(0).strip() for m in _EQUATION.finditer(step)]
-    if equations:
-        return equations[-1]
-    answer = _ANSWER.search(step)
-    return f"the answer is {answer.group('v')}" if answer else "nothing"
-
-
 def gold_labels(problem: str, steps: Sequence[str]) -> list[int]:
     """Exact labels of ``steps`` as a solution of lab problem ``problem``: 1 right, 0 wrong
     (:func:`check_step`); a step that claims nothing checkable takes the label of the step before
