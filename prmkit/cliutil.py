@@ -109,7 +109,8 @@ def add_scale_options(p: Any) -> None:
     p.add_argument("--backend", default="hf", choices=list(BACKENDS),
                    help="hf: transformers in this process (or on each Ray worker); vllm: vLLM's "
                         "pooling API on a CUDA GPU (pip install 'prmkit[vllm]'), for a PRM "
-                        "folder or hub id; generative: an instruct model that writes a "
+                        "folder or hub id (tested only against a stand-in engine: "
+                        "docs/scaling.md); generative: an instruct model that writes a "
                         "verification and a verdict per step (--format thinkprm, genprm or "
                         "plain, the default; docs/generative-prms.md)")
     add_config_options(p, RayConfig, mark_optional=False)

@@ -100,7 +100,8 @@ class GenConfig:
     engine: str = field(default="transformers", metadata={
         "choices": ["transformers", "vllm"],
         "help": "where the verifications are sampled: transformers in this process (CPU or "
-                "GPU), or vLLM's offline engine on a GPU (pip install 'prmkit[vllm]')"})
+                "GPU), or vLLM's offline engine on a GPU (pip install 'prmkit[vllm]'; tested "
+                "only against a stand-in engine: docs/scaling.md)"})
     server: str | None = field(default=None, metadata={
         "metavar": "URL", "identity": False,   # where it runs: the same model elsewhere resumes
         "help": "sample on an OpenAI-compatible server (its /v1 root, e.g. "
