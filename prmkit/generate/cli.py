@@ -30,8 +30,9 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
     """The options that say how a policy runs (all but its name), for every job that loads one
     with :func:`load_policy`; read them back with :func:`policy_options`. Needs ``--step-rule``
     to be defined by the job."""
-    p.add_argument("--backend", default="hf", choices=BACKENDS, help="how the policy runs (vllm: tested only against a stand-in "
-                        "engine, docs/scaling.md)")
+    p.add_argument("--backend", default="hf", choices=BACKENDS,
+                   help="how the policy runs (vllm: tested only against a stand-in engine, "
+                        "docs/scaling.md)")
     p.add_argument("--prompt-style", default=None, choices=list(STYLES),
                    help="how the policy is prompted; default: chat for smollm2-135m and a "
                         "model with a chat template, few-shot for gemma3-270m and one without")

@@ -279,6 +279,7 @@ class GenerativePRM:
         return prompt, self._sample(prompt, self.config.samples, T.whole_stops(len(steps)),
                                     self.config.max_new_tokens, self.config.verifier_seed)
 
+
 def verdict_row(texts: Sequence[str], tops: Sequence[Mapping[Any, float]], at: Sequence[int],
                 yes: Any, no: Any) -> list[float | None]:
     """P(yes) / (P(yes) + P(no)) of one sample from a backend's top logprobs, at the token
