@@ -17,13 +17,18 @@ def _subparser(parser: argparse.ArgumentParser, path: str) -> argparse.ArgumentP
     return parser
 
 
-def _fields(cls):
-    """(name, default) of every field of ``cls``, nested configs flattened."""
+def _fields(cls, defaults=None):
+    """(name, default) of every field of ``cls``, nested configs flattened; a nested config's
+    defaults are those of the instance its field's default_factory makes (``defaults``), as
+    prmkit.cliutil documents."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            yield from _fields(tp)
+            inner = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+            yield from _fields(tp, inner)
+        elif defaults is not None:
+            yield f.name, getattr(defaults, f.name)
         elif f.default is not dataclasses.MISSING:
             yield f.name, f.default
         elif f.default_factory is not dataclasses.MISSING:

@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from typing import Any, Callable, Sequence
 
 from prmkit.errors import PrmkitError
@@ -36,7 +36,7 @@ def prepare(out: str, config: Any, version: int, own: tuple[str, ...] = (),
     read only where no stage's file depends on them (the summary written at every run)."""
     settings = os.path.join(out, "settings.json")
     skip = {"output", *own, *free}
-    wanted = {**{k: v for k, v in asdict(config).items() if k not in skip},
+    wanted = {**{k: v for k, v in settings_of(config).items() if k not in skip},
               "stages_version": version}
     if os.path.isdir(out):
         if not os.path.isfile(settings):
@@ -56,6 +56,15 @@ def prepare(out: str, config: Any, version: int, own: tuple[str, ...] = (),
     os.makedirs(out, exist_ok=True)
     with open(settings, "w", encoding="utf-8") as f:
         json.dump(wanted, f, indent=2)
+
+
+def settings_of(config: Any) -> dict[str, Any]:
+    """The settings of an experiment's config as one flat mapping, as its command line has them:
+    a nested config (the world, :class:`prmkit.world.config.WorldConfig`) gives its own fields."""
+    out: dict[str, Any] = {}
+    for k, v in asdict(config).items():
+        out.update(v if isinstance(v, dict) and is_dataclass(getattr(config, k)) else {k: v})
+    return out
 
 
 def same_settings(path: str, wanted: dict[str, Any]) -> bool:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.world.config import WorldConfig
 from prmkit.lab.activelearning import stats as activestats
 from prmkit.lab.activelearning.stats import ARMS
 from prmkit.lab.stages import Printer, prepare, stage, stage_json
@@ -39,17 +40,11 @@ class ActiveLearningConfig:
     """Sizes of ``prmkit lab active-learning``."""
 
     output: str = field(default="active_learning_out", metadata={"help": "folder for every file it writes"})
-    seed: int = field(default=0, metadata={"help": "seed of the problems and the sampling"})
+    world: WorldConfig = field(default_factory=lambda: WorldConfig(slip=0.05, confuse=0.3))
     train_problems: int = field(default=50, metadata={"help": "lab problems whose samples are labelled"})
     pool_n: int = field(default=64, metadata={"help": "samples per training problem to choose from"})
     test_problems: int = field(default=150, metadata={"help": "lab problems for best-of-N"})
     test_n: int = field(default=16, metadata={"help": "candidates per test problem (best-of-N's N)"})
-    min_steps: int = field(default=2, metadata={"help": "fewest operations per problem"})
-    max_steps: int = field(default=5, metadata={"help": "most operations per problem"})
-    slip: float = field(default=0.05, metadata={
-        "help": "the lab policy's chance of a wrong add/sub calculation (mul/div: twice it)"})
-    confuse: float = field(default=0.3, metadata={
-        "help": "the lab policy's largest chance of confusing a problem's trap operation"})
     budgets: str = field(default="4,8,16", metadata={
         "help": "labelled solutions per training problem, comma-separated (the curve's points); "
                 "a budget k where round(active_share * k) == k is dropped (the active arm would "
@@ -103,7 +98,7 @@ class ActiveLearningConfig:
 
     @property
     def policy(self) -> str:
-        return f"lab:{self.slip}:{self.confuse}"
+        return self.world.policy
 
 
 def run(config: ActiveLearningConfig) -> int:
@@ -111,11 +106,12 @@ def run(config: ActiveLearningConfig) -> int:
     out = config.output
     prepare(out, config, STAGES_VERSION)
     say = Printer()
-    say(f"prmkit lab active-learning: seed {config.seed}, policy {config.policy}; files in {out}/")
+    say(f"prmkit lab active-learning: seed {config.world.seed}, policy {config.policy}; files "
+        f"in {out}/")
     pool, test = world_stage(config, out, say)
     results = []
     for s in range(config.seeds):
-        seed = config.seed + s
+        seed = config.world.seed + s
         chosen = stage_json(out, f"selector_{s}.json", lambda: selector_stage(config, pool, test,
                                                                               seed))
         for arm in ARMS:
@@ -133,17 +129,13 @@ def run(config: ActiveLearningConfig) -> int:
 
 def world_stage(config: ActiveLearningConfig, out: str, say: Any) -> tuple[list, list]:
     """1. the training pool and the test candidates, with their gold labels."""
-    from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
-    from prmkit.lab.candidates import candidates_of
+    from prmkit.lab import gold_record
+    from prmkit.lab.candidates import split_of
 
-    policy, prompter = load_lab_policy(config.policy)
-    lab = dict(min_steps=config.min_steps, max_steps=config.max_steps)
-    train_p = make_problems(LabConfig(n=config.train_problems, seed=config.seed, **lab))
-    test_p = make_problems(LabConfig(n=config.test_problems, seed=config.seed + 1000, **lab))
-    pool = stage(out, "pool.jsonl", lambda: [gold_record(r) for r in candidates_of(
-        train_p, config.pool_n, policy, prompter, config.policy, config.seed)])
-    test = stage(out, "test_candidates.jsonl", lambda: [gold_record(r) for r in candidates_of(
-        test_p, config.test_n, policy, prompter, config.policy, config.seed + 1)])
+    split = split_of(config.world, config.train_problems, config.test_problems)
+    pool = stage(out, "pool.jsonl", lambda: [gold_record(r) for r in split.train(config.pool_n)])
+    test = stage(out, "test_candidates.jsonl",
+                 lambda: [gold_record(r) for r in split.test(config.test_n)])
     right = sum(bool(r.is_correct) for r in pool + test) / len(pool + test)
     say.stage(1, f"{len(pool)} pool samples ({config.train_problems} problems x "
                  f"{config.pool_n}), {len(test)} test candidates; policy {config.policy}: "
@@ -183,7 +175,7 @@ def quality_stage(config: ActiveLearningConfig, picked: list, test: list, name: 
     scores = train_and_score(picked, test, path, spec_of(config, seed),
                              os.path.join(config.output, "frozen"))
     scored = [Record(**{**r.to_dict(), "step_scores": s}) for r, s in zip(test, scores)]
-    acc = per_problem_accuracy(scored, "prm-prod", config.test_n, seed=config.seed)
+    acc = per_problem_accuracy(scored, "prm-prod", config.test_n, seed=config.world.seed)
     wrong = sum(not r.is_correct for r in picked)
     return {"accuracy": acc, "step_auc": step_auc(scored), "labels": len(picked),
             "wrong_answers": wrong}

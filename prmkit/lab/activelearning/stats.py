@@ -11,13 +11,13 @@ interval is above 1 and at most 2.5% of the resamples have no ratio (docs/lab-ac
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
 from typing import Any, Sequence
 
 import numpy as np
 
 from prmkit.evaluate.bootstrap import resamples
 from prmkit.lab import stats
+from prmkit.lab.stages import settings_of
 
 ARMS = ("uniform", "active", "random-wrong")
 PAPER_RATIO = 2.6
@@ -84,7 +84,7 @@ def figures(config: Any, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
                           key=lambda r: r["seed"])
             curves[arm][k] = np.array([[r["accuracy"][p] for p in problems] for r in rows])
             aucs[arm][k] = [r["step_auc"] for r in rows]
-    rng = np.random.default_rng(config.seed)
+    rng = np.random.default_rng(config.world.seed)
     seeds = config.seeds
     pidx = resamples(len(problems), BOOTSTRAP, rng)
     sidx = resamples(seeds, BOOTSTRAP, rng)
@@ -97,7 +97,7 @@ def figures(config: Any, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
             table[arm].append({"labels": k, "accuracy": round(100 * float(curves[arm][k].mean()), 3),
                                "ci95": stats.percentile_interval(q),
                                "step_auc": round(float(np.mean(auc)), 4) if auc else None})
-    ratios = {f"{a}/{b}": efficiency(curves, a, b, budgets, config.seed)
+    ratios = {f"{a}/{b}": efficiency(curves, a, b, budgets, config.world.seed)
               for a, b in (("active", "uniform"), ("random-wrong", "uniform"),
                            ("active", "random-wrong"))}
     claim = {k: v for k, v in ratios["active/uniform"].items()}
@@ -145,9 +145,9 @@ def finish(config: Any, doc: dict[str, Any], out: str, say: Any, seconds: float)
     report = os.path.join(out, "report.html")
     write_report(report, config, doc, rows)
     say.stage(2 + config.seeds, f"report: {report}")
-    stats.print_rows(f"prmkit lab active-learning summary (seed {config.seed}; measured in "
+    stats.print_rows(f"prmkit lab active-learning summary (seed {config.world.seed}; measured in "
                      f"this run, {seconds:.0f} s on {os.cpu_count()} cores)", rows)
-    stats.write_summary(out, {"config": asdict(config), "claims": doc["claims"],
+    stats.write_summary(out, {"config": settings_of(config), "claims": doc["claims"],
                               "summary": dict(rows), "curves": doc["curves"],
                               "ratios": doc["ratios"],
                               "dropped_budgets": config.dropped_budgets})
@@ -167,7 +167,8 @@ def write_report(path: str, config: Any, doc: dict[str, Any], rows: list) -> Non
         [arm] + [f"{p['accuracy']:.1f} [{p['ci95'][0]:.1f}, {p['ci95'][1]:.1f}], AUC "
                  + ("-" if p["step_auc"] is None else f"{p['step_auc']:.3f}") for p in pts]
         for arm, pts in doc["curves"].items()])
-    page = html.page("prmkit lab active-learning", f"seed {config.seed}, policy {config.policy}",
+    page = html.page("prmkit lab active-learning",
+                     f"seed {config.world.seed}, policy {config.policy}",
                      [("Summary", html.table(["", "measured"], rows)),
                       ("Learning curves", html.png_img(png, "accuracy against labels") + table)])
     with open(path, "w", encoding="utf-8") as f:

@@ -42,7 +42,7 @@ def _train(config: Any, train_data: str, folder: str) -> None:
     if os.path.isfile(os.path.join(folder, "done.json")):
         return
     loop = LoopConfig(last_k=config.implicit_last_k, lr=config.implicit_lr,
-                      epochs=config.implicit_epochs, batch_tokens=2048, seed=config.seed,
+                      epochs=config.implicit_epochs, batch_tokens=2048, seed=config.world.seed,
                       resume=True)
     # plain text ("lines"): the problem, then one step per line, as a base model reads it
     train_implicit(ImplicitTrainConfig(base=config.base, data=train_data, output=folder,
@@ -75,7 +75,7 @@ def implicit_figures(config: Any, scored: Sequence[Record], gold: dict[str, Reco
     from prmkit.evaluate import bestofn
 
     curve = bestofn.curve(list(scored), bestofn.BestOfNConfig(n=list(ns), draws=200,
-                                                              seed=config.seed,
+                                                              seed=config.world.seed,
                                                               methods=list(PRM_METHODS)))
     labelled = [Record(**{**r.to_dict(), "labels": gold[r.id].labels}) for r in scored]
     return {"best_of_n": {m: curve["methods"][m][-1]["accuracy"] for m in PRM_METHODS},

@@ -33,7 +33,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from prmkit.errors import PrmkitError
@@ -42,6 +42,8 @@ from prmkit.lab.demo import summary
 from prmkit.lab.demo.scoring import score_test
 from prmkit.lab.demo import search as searchstage
 from prmkit.world.problems import LabConfig
+from prmkit.lab.candidates import SplitConfig
+from prmkit.world.config import WorldConfig
 from prmkit.lab.stages import Lazy, Printer, prepare, stage
 from prmkit.models.reading import fast_dtype
 from prmkit.records import Record
@@ -59,19 +61,8 @@ class DemoConfig:
     """Sizes and budgets of the lab demo."""
 
     output: str = field(default="demo_out", metadata={"help": "folder for every file the demo writes"})
-    seed: int = field(default=0, metadata={"help": "seed of the problems, the sampling and training"})
-    train_problems: int = field(default=100, metadata={"help": "lab problems to train on"})
-    train_n: int = field(default=4, metadata={"help": "candidates per training problem"})
-    test_problems: int = field(default=200, metadata={
-        "help": "lab problems for best-of-N (200: the power the best-of-N claims need, "
-                "docs/lab.md)"})
-    n: int = field(default=8, metadata={"help": "candidates per test problem (the largest N)"})
-    min_steps: int = field(default=2, metadata={"help": "fewest operations per problem"})
-    max_steps: int = field(default=5, metadata={"help": "most operations per problem"})
-    slip: float = field(default=0.1, metadata={
-        "help": "the lab policy's chance of a wrong add/sub calculation (mul/div: twice it)"})
-    confuse: float = field(default=0.6, metadata={
-        "help": "the lab policy's largest chance of confusing a problem's trap operation"})
+    world: WorldConfig = field(default_factory=WorldConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
     rollouts: int = field(default=4, metadata={"help": "Monte Carlo rollouts per labelled step (K)"})
     base: str = field(default="smollm2-135m", metadata={"help": "base model of the PRM and the ORM"})
     last_k: int = field(default=4, metadata={"help": "--orm-recipe own: the ORM's trained layers (plus head)"})
@@ -191,7 +182,7 @@ def run(config: DemoConfig) -> int:
     prepare(out, config, STAGES_VERSION, own=implicitstage.FIELDS + searchstage.FIELDS,
             free=("margin", "full"))
     say = Printer()
-    say(f"prmkit demo: the lab world, seed {config.seed}; files in {out}/")
+    say(f"prmkit demo: the lab world, seed {config.world.seed}; files in {out}/")
     world = _world(config, out, say)
     labels = _labels(config, out, world, say)
     prm_dir, orm_dir = os.path.join(out, "prm"), os.path.join(out, "orm")
@@ -247,24 +238,21 @@ class World:
 
 def _world(config: DemoConfig, out: str, say: "Printer") -> World:
     """1. problems and candidates."""
-    from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
-    from prmkit.lab.candidates import candidates_of
+    from prmkit.lab import gold_record
+    from prmkit.lab.candidates import split_of
 
-    policy_name = f"lab:{config.slip}:{config.confuse}"
-    policy, prompter = load_lab_policy(policy_name)
-    lab = dict(min_steps=config.min_steps, max_steps=config.max_steps)
-    train_p = make_problems(LabConfig(n=config.train_problems, seed=config.seed, **lab))
-    test_p = make_problems(LabConfig(n=config.test_problems, seed=config.seed + 1000, **lab))
-    train = stage(out, "train_candidates.jsonl", lambda: candidates_of(
-        train_p, config.train_n, policy, prompter, policy_name, config.seed))
-    test = stage(out, "test_candidates.jsonl", lambda: candidates_of(
-        test_p, config.n, policy, prompter, policy_name, config.seed + 1))
+    split = split_of(config.world, config.split.train_problems, config.split.test_problems)
+    train = stage(out, "train_candidates.jsonl", lambda: split.train(config.split.train_n))
+    test = stage(out, "test_candidates.jsonl", lambda: split.test(config.split.n))
     gold = {r.id: gold_record(r) for r in train + test}
-    say.stage(1, f"{len(train_p)} training problems x {config.train_n} candidates, "
-                 f"{len(test_p)} test problems x {config.n}; {config.min_steps}-{config.max_steps} "
-                 f"operations, policy {policy_name}: candidate accuracy "
+    say.stage(1, f"{len(split.train_problems)} training problems x {config.split.train_n} "
+                 f"candidates, "
+                 f"{len(split.test_problems)} test problems x {config.split.n}; "
+                 f"{config.world.min_steps}-{config.world.max_steps} operations, policy "
+                 f"{split.policy_name}: candidate accuracy "
                  f"{summary.pct(100 * summary.mean(r.is_correct for r in train + test))}")
-    return World(train, test, test_p, gold, policy, prompter, policy_name)
+    return World(train, test, split.test_problems, gold, split.policy, split.prompter,
+                 split.policy_name)
 
 
 def _labels(config: DemoConfig, out: str, world: World, say: "Printer") -> "summary.Labels":
@@ -275,7 +263,7 @@ def _labels(config: DemoConfig, out: str, world: World, say: "Printer") -> "summ
     def mc(strategy: str) -> list[Record]:
         return list(label_mc(world.train, world.policy, world.prompter,
                              MCConfig(rollouts=config.rollouts, mode="hard", strategy=strategy,
-                                      seed=config.seed), world.policy_name))
+                                      seed=config.world.seed), world.policy_name))
 
     per_step = stage(out, "train_mc.jsonl", lambda: mc("per-step"))
     binary = stage(out, "train_mc_binary.jsonl", lambda: mc("binary"))
@@ -307,7 +295,7 @@ def _train(config: DemoConfig, kind: str, data: str, output: str, say: Printer) 
                       head_lr=(config.head_lr or None) if last_k else None,
                       epochs=config.prm_epochs if recipe else config.epochs,
                       batch_tokens=config.prm_batch_tokens if recipe else config.batch_tokens,
-                      seed=config.seed, resume=True)
+                      seed=config.world.seed, resume=True)
     cache = recipe and (config.prm_epochs > 1 or not last_k)
     # the PRM's and the ORM's bodies are the same frozen base on the same candidates: the
     # ORM reads the states (and LM features) the PRM's pass stored
@@ -345,11 +333,17 @@ def _load(model_dir: str, dtype: str) -> Any:
 
 
 def add_arguments(p: Any) -> None:
-    """The demo's options on ``prmkit demo``, from :class:`DemoConfig`."""
-    for f in fields(DemoConfig):
-        default = DemoConfig().__dict__[f.name]
+    """The demo's options on ``prmkit demo``, from :class:`DemoConfig` (its world's flattened)."""
+    _add_fields(p, DemoConfig())
+
+
+def _add_fields(p: Any, defaults: Any) -> None:
+    for f in fields(defaults):
+        default = getattr(defaults, f.name)
         flag = f"--{f.name.replace('_', '-')}"
-        if isinstance(default, bool):
+        if is_dataclass(default):
+            _add_fields(p, default)
+        elif isinstance(default, bool):
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
                            help=f.metadata["help"])
         elif isinstance(default, list):
@@ -359,4 +353,14 @@ def add_arguments(p: Any) -> None:
 
 
 def config_from(args: Any) -> DemoConfig:
-    return DemoConfig(**{f.name: getattr(args, f.name) for f in fields(DemoConfig)})
+    return _from_args(DemoConfig(), args)
+
+
+def _from_args(defaults: Any, args: Any) -> Any:
+    """The config of ``defaults``' type from the options :func:`_add_fields` added."""
+    values = {}
+    for f in fields(defaults):
+        default = getattr(defaults, f.name)
+        values[f.name] = _from_args(default, args) if is_dataclass(default) else \
+            getattr(args, f.name)
+    return type(defaults)(**values)

@@ -55,7 +55,7 @@ def search_problems(config: Any) -> list[Record]:
 
     return make_problems(LabConfig(n=config.search_problems, min_steps=config.search_min_steps,
                                    max_steps=config.search_max_steps,
-                                   seed=config.seed + SEARCH_SEED_OFFSET))
+                                   seed=config.world.seed + SEARCH_SEED_OFFSET))
 
 
 def search_stage(config: Any, world: Any, prm: Callable[[], Any], out: str) -> dict[str, Any]:
@@ -66,7 +66,8 @@ def search_stage(config: Any, world: Any, prm: Callable[[], Any], out: str) -> d
                  {k: getattr(config, k) for k in FIELDS}, [os.path.join(out, m) for m in MADE])
     problems = search_problems(config)
     samples = stage(out, MADE[0], lambda: candidates_of(
-        problems, pool(config), world.policy, world.prompter, world.policy_name, config.seed + 2))
+        problems, pool(config), world.policy, world.prompter, world.policy_name,
+        config.world.seed + 2))
     scored = stage(out, MADE[1], lambda: [
         Record(**{**r.to_dict(), "step_scores": s})
         for r, s in zip(samples, score_with(prm(), samples, "PRM (search samples)")[0])])
@@ -85,15 +86,15 @@ def _search(config: Any, world: Any, problems: Sequence[Record], prm: Any,
     rows = []
     for b in config.beam_n:
         result = beam_search(chosen, world.policy, world.prompter, prm,
-                             BeamConfig(n=b, m=config.beam_m, seed=config.seed,
+                             BeamConfig(n=b, m=config.beam_m, seed=config.world.seed,
                                         select=config.select))
         rows.append(_beam_row(b, result))
-        acc = per_problem_accuracy(scored_samples, config.select, 4 * b, seed=config.seed)
+        acc = per_problem_accuracy(scored_samples, config.select, 4 * b, seed=config.world.seed)
         rows.append({"method": "best-of-n", "n": 4 * b, "problems": len(acc),
                      "accuracy": 100.0 * sum(acc.values()) / max(1, len(acc)),
                      "tokens": tokens * 4 * b / max(1, len(acc)), "prm_tokens": None,
                      "source": f"{4 * b} of {pool(config)} samples per search problem (seed "
-                               f"{config.seed + 2}; the mean over 200 draws when fewer)",
+                               f"{config.world.seed + 2}; the mean over 200 draws when fewer)",
                      "per_problem": acc})
     right = sum(bool(r.is_correct) for r in scored_samples)
     return {"policy": world.policy_name, "prm": "the demo's PRM (prm/last)",

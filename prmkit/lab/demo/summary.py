@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from prmkit.lab.demo import claims as lab_claims
 from prmkit.lab.demo.search import beam_claims, width_claim_name
+from prmkit.lab.stages import settings_of
 from prmkit.lab.stats import print_rows, verdict, write_summary
 from prmkit.records import Record
 
@@ -55,11 +56,11 @@ def bestofn_stage(config: Any, scored: Sequence[Record], say: Any) -> BestOfN:
     from prmkit.lab import GoldPRM
 
     gold_scores = GoldPRM().score([r.problem for r in scored], [r.steps for r in scored])
-    ns = sorted({1, 2, 4, config.n} | {k for k in (8, 16) if k <= config.n})
-    curve = bestofn.curve(scored, bestofn.BestOfNConfig(n=ns, draws=200, seed=config.seed))
+    ns = sorted({1, 2, 4, config.split.n} | {k for k in (8, 16) if k <= config.split.n})
+    curve = bestofn.curve(scored, bestofn.BestOfNConfig(n=ns, draws=200, seed=config.world.seed))
     gold_scored = [with_scores(r, s) for r, s in zip(scored, gold_scores)]
     curve["methods"]["gold-prm"] = bestofn.curve(
-        gold_scored, bestofn.BestOfNConfig(n=ns, draws=200, seed=config.seed,
+        gold_scored, bestofn.BestOfNConfig(n=ns, draws=200, seed=config.world.seed,
                                            methods=["prm-min"]))["methods"]["prm-min"]
     top = {m: pts[-1]["accuracy"] for m, pts in curve["methods"].items()}
     problems = curve["problems_total"]
@@ -72,9 +73,9 @@ def claims_of(res: Results) -> dict[str, lab_claims.Claim]:
     """The claims: best-of-N's from the scored test candidates, and the beam claim from the
     search rows where the search stage ran (``--full``)."""
     cfg = res.config
-    out = lab_claims.bestofn_claims(res.scored, cfg.select, cfg.n, cfg.seed)
+    out = lab_claims.bestofn_claims(res.scored, cfg.select, cfg.split.n, cfg.world.seed)
     if res.search is not None:
-        out.update(beam_claims(res.search, cfg.margin, cfg.seed)[0])
+        out.update(beam_claims(res.search, cfg.margin, cfg.world.seed)[0])
     return out
 
 
@@ -91,11 +92,11 @@ def finish(res: Results, out: str, say: Any, seconds: float) -> None:
     report = os.path.join(out, "report.html")
     write_report(report, res, rows)
     say.stage(6, f"report: {report}")
-    print_rows(f"prmkit demo summary (lab world, seed {res.config.seed}; measured in this run, "
-               f"{seconds:.0f} s on {os.cpu_count()} cores)", rows)
-    doc = {"config": asdict(res.config), "prm_step_auc": auc[0], "orm_step_auc": auc[2],
+    print_rows(f"prmkit demo summary (lab world, seed {res.config.world.seed}; measured in this "
+               f"run, {seconds:.0f} s on {os.cpu_count()} cores)", rows)
+    doc = {"config": settings_of(res.config), "prm_step_auc": auc[0], "orm_step_auc": auc[2],
            "claims": lab_claims.claims_json(claims, None if res.search is None else beam_claims(
-               res.search, res.config.margin, res.config.seed)[1]),
+               res.search, res.config.margin, res.config.world.seed)[1]),
            "summary": dict(rows),
            "bestofn": res.bon.curve, "search": res.search, "implicit": res.implicit}
     write_summary(out, doc)
@@ -134,8 +135,8 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
                  auc: tuple[float | None, ...]) -> list[tuple[str, str]]:
     cfg, curve, top = res.config, res.bon.curve, res.bon.top
     n, problems = curve["n"][-1], curve["problems_total"]
-    rows = [("sizes", f"{cfg.train_problems} x {cfg.train_n} training candidates, "
-                      f"{problems} x {n} test candidates, seed {cfg.seed}")]
+    rows = [("sizes", f"{cfg.split.train_problems} x {cfg.split.train_n} training candidates, "
+                      f"{problems} x {n} test candidates, seed {cfg.world.seed}")]
     for m in BON_METHODS:
         if m in top:
             rows.append((f"best-of-{n} accuracy, {m}", f"{top[m]:.1f}%"))
@@ -174,7 +175,7 @@ def summary_rows(res: Results, claims: dict[str, lab_claims.Claim],
 def beam_rows(res: Results, claims: dict[str, lab_claims.Claim]) -> list[tuple[str, str]]:
     """Each width's Holm-corrected verdict at its level, and the tokens both spent."""
     cfg, search = res.config, res.search
-    holm = beam_claims(search, cfg.margin, cfg.seed)[1]
+    holm = beam_claims(search, cfg.margin, cfg.world.seed)[1]
     rows = []
     for b in cfg.beam_n:
         name, beam, bon = width_claim_name(b), search_row(search, "beam", b), \

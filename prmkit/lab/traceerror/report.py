@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
 from typing import Any, Sequence
 
 from prmkit.lab import stats
+from prmkit.lab.stages import settings_of
 
 from prmkit.lab.traceerror import stats as tracestats
 from prmkit.lab.stats import Claim, paired_difference
@@ -64,7 +64,7 @@ def claims_of(per: dict[str, tracestats.PerProblem], margin: float, seed: int) -
 def picks_at(config: Any, test: Sequence[Record], by_verifier: dict[str, dict], groups:
              dict[str, int], n: int) -> dict[str, tracestats.PerProblem]:
     """Every picker's picks at N = ``n``, on the same draws."""
-    draws = tracestats.subsets(groups, n, config.draws, config.seed)
+    draws = tracestats.subsets(groups, n, config.draws, config.world.seed)
     per = {v: tracestats.picks(test, scorer(v, by_verifier[v], config.select), flawed, draws)
            for v in VERIFIERS}
     per["majority"] = tracestats.majority_picks(test, flawed, draws)
@@ -77,7 +77,8 @@ def figures(config: Any, test: Sequence[Record], scores: dict[str, dict[str, dic
     groups: dict[str, int] = {}
     for r in test:
         groups[r.group or r.id] = groups.get(r.group or r.id, 0) + 1
-    ns = sorted({1, 2, 4, config.claim_n, config.n} | {k for k in (8, 16, 32) if k <= config.n})
+    most = config.split.n
+    ns = sorted({1, 2, 4, config.claim_n, most} | {k for k in (8, 16, 32) if k <= most})
     doc: dict[str, Any] = {"n": ns, "claim_n": config.claim_n, "settings": {}}
     for setting, by_verifier in scores.items():
         curve: dict[str, list] = {v: [] for v in PICKERS}
@@ -88,9 +89,9 @@ def figures(config: Any, test: Sequence[Record], scores: dict[str, dict[str, dic
                                  "trace_error": per[v].trace_error()})
         per = picks_at(config, test, by_verifier, groups, config.claim_n)
         doc["settings"][setting] = {
-            "at_n": {v: interval_of(per[v], config.seed) for v in PICKERS}, "curve": curve,
+            "at_n": {v: interval_of(per[v], config.world.seed) for v in PICKERS}, "curve": curve,
             "claims": {k: c.to_dict() for k, c in claims_of(per, config.margin,
-                                                            config.seed).items()}}
+                                                            config.world.seed).items()}}
     doc["claims"] = doc["settings"][CLAIM_SETTING]["claims"]
     return doc
 
@@ -108,9 +109,10 @@ ROWS = {
 
 def summary_rows(config: Any, doc: dict[str, Any]) -> list[tuple[str, str]]:
     n = doc["claim_n"]
-    rows = [("sizes", f"{config.train_problems} x {config.train_n} training candidates, "
-                      f"{config.test_problems} x {config.n} test candidates, claims at N = {n} "
-                      f"({config.draws} draws), seed {config.seed}, policy {config.policy}")]
+    sizes = config.split
+    rows = [("sizes", f"{sizes.train_problems} x {sizes.train_n} training candidates, "
+                      f"{sizes.test_problems} x {sizes.n} test candidates, claims at N = {n} "
+                      f"({config.draws} draws), seed {config.world.seed}, policy {config.policy}")]
     for setting, s in doc["settings"].items():
         for v, f in s["at_n"].items():
             te = "-" if f["trace_error"] is None else f"{f['trace_error']:.1f}%"
@@ -135,9 +137,9 @@ def finish(config: Any, doc: dict[str, Any], out: str, say: Any, seconds: float)
     report = os.path.join(out, "report.html")
     write_report(report, config, doc, rows)
     say.stage(5, f"report: {report}")
-    stats.print_rows(f"prmkit lab trace-error summary (seed {config.seed}; measured in this "
+    stats.print_rows(f"prmkit lab trace-error summary (seed {config.world.seed}; measured in this "
                      f"run, {seconds:.0f} s on {os.cpu_count()} cores)", rows)
-    stats.write_summary(out, {"config": asdict(config),
+    stats.write_summary(out, {"config": settings_of(config),
                               "claims": {k: doc["claims"][k] for k in CLAIMS},
                               "contrasts": {k: doc["claims"][k] for k in CONTRASTS},
                               "claim_setting": CLAIM_SETTING, "summary": dict(rows),
@@ -172,7 +174,7 @@ def write_report(path: str, config: Any, doc: dict[str, Any], rows: list) -> Non
     sections = [("Summary", html.table(["", "measured"], rows)),
                 ("Trace error and final-answer error", plots_html),
                 ("Final error / trace error (%) against N", curve)]
-    page = html.page("prmkit lab trace-error", f"seed {config.seed}, policy {config.policy}",
+    page = html.page("prmkit lab trace-error", f"seed {config.world.seed}, policy {config.policy}",
                      sections)
     with open(path, "w", encoding="utf-8") as f:
         f.write(page)

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prmkit.errors import PrmkitError
+from prmkit.lab.candidates import SplitConfig
+from prmkit.world.config import WorldConfig
 from prmkit.lab.traceerror import report as tracereport
 from prmkit.lab.stages import Printer, prepare, stage, stage_json
 from prmkit.lab.traceerror.report import SETTINGS, VERIFIERS
@@ -44,20 +46,11 @@ class TraceErrorConfig:
     """Sizes of ``prmkit lab trace-error``."""
 
     output: str = field(default="trace_error_out", metadata={"help": "folder for every file it writes"})
-    seed: int = field(default=0, metadata={"help": "seed of the problems, sampling and training"})
-    train_problems: int = field(default=100, metadata={"help": "lab problems to train on"})
-    train_n: int = field(default=4, metadata={"help": "candidates per training problem"})
-    test_problems: int = field(default=200, metadata={"help": "lab problems for best-of-N"})
-    n: int = field(default=8, metadata={"help": "candidates per test problem (the largest N)"})
+    world: WorldConfig = field(default_factory=WorldConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
     claim_n: int = field(default=4, metadata={
         "help": "N at which the claims are read, each problem's pick drawn --draws times from "
                 "its --n candidates"})
-    min_steps: int = field(default=2, metadata={"help": "fewest operations per problem"})
-    max_steps: int = field(default=5, metadata={"help": "most operations per problem"})
-    slip: float = field(default=0.1, metadata={
-        "help": "the lab policy's chance of a wrong add/sub calculation (mul/div: twice it)"})
-    confuse: float = field(default=0.6, metadata={
-        "help": "the lab policy's largest chance of confusing a problem's trap operation"})
     recover: float = field(default=0.35, metadata={
         "help": "the lab policy's chance of carrying on from the true value after a slip (a "
                 "right answer with a wrong step)"})
@@ -79,18 +72,19 @@ class TraceErrorConfig:
     def __post_init__(self) -> None:
         if self.select not in SELECT:
             raise PrmkitError(f"--select {self.select!r} is not one of {', '.join(SELECT)}")
-        if min(self.train_problems, self.train_n, self.test_problems, self.n, self.claim_n,
+        sizes = self.split
+        if min(sizes.train_problems, sizes.train_n, sizes.test_problems, sizes.n, self.claim_n,
                self.rollouts, self.epochs, self.draws) < 1:
             raise PrmkitError("--train-problems, --train-n, --test-problems, --n, --claim-n, "
                               "--rollouts, --epochs and --draws must be at least 1")
-        if self.claim_n > self.n:
-            raise PrmkitError(f"--claim-n {self.claim_n} is more than --n {self.n}")
+        if self.claim_n > self.split.n:
+            raise PrmkitError(f"--claim-n {self.claim_n} is more than --n {self.split.n}")
         if self.margin <= 0:
             raise PrmkitError(f"--margin must be positive, got {self.margin}")
 
     @property
     def policy(self) -> str:
-        return f"lab:{self.slip}:{self.confuse}:{self.recover}"
+        return f"{self.world.policy}:{self.recover}"
 
 
 def run(config: TraceErrorConfig) -> int:
@@ -98,7 +92,8 @@ def run(config: TraceErrorConfig) -> int:
     out = config.output
     prepare(out, config, STAGES_VERSION)
     say = Printer()
-    say(f"prmkit lab trace-error: seed {config.seed}, policy {config.policy}; files in {out}/")
+    say(f"prmkit lab trace-error: seed {config.world.seed}, policy {config.policy}; files in "
+        f"{out}/")
     train, test, mc = world_stage(config, out, say)
     scores = {}
     for k, setting in enumerate(SETTINGS):
@@ -112,19 +107,18 @@ def run(config: TraceErrorConfig) -> int:
 
 def world_stage(config: TraceErrorConfig, out: str, say: Any) -> tuple[list, list, list]:
     """1. problems and candidates (gold-labelled), 2. Monte Carlo labels of the training set."""
-    from prmkit.lab import LabConfig, gold_record, load_lab_policy, make_problems
-    from prmkit.lab.candidates import candidates_of
+    from prmkit.lab import gold_record
+    from prmkit.lab.candidates import split_of
     from prmkit.world.problems import trace_error
     from prmkit.label.mc import MCConfig, label_mc
 
-    policy, prompter = load_lab_policy(config.policy)
-    lab = dict(min_steps=config.min_steps, max_steps=config.max_steps)
-    train_p = make_problems(LabConfig(n=config.train_problems, seed=config.seed, **lab))
-    test_p = make_problems(LabConfig(n=config.test_problems, seed=config.seed + 1000, **lab))
-    train = stage(out, "train_candidates.jsonl", lambda: [gold_record(r) for r in candidates_of(
-        train_p, config.train_n, policy, prompter, config.policy, config.seed)])
-    test = stage(out, "test_candidates.jsonl", lambda: [gold_record(r) for r in candidates_of(
-        test_p, config.n, policy, prompter, config.policy, config.seed + 1)])
+    split = split_of(config.world, config.split.train_problems, config.split.test_problems,
+                     config.policy)
+    policy, prompter = split.policy, split.prompter
+    train = stage(out, "train_candidates.jsonl",
+                  lambda: [gold_record(r) for r in split.train(config.split.train_n)])
+    test = stage(out, "test_candidates.jsonl",
+                 lambda: [gold_record(r) for r in split.test(config.split.n)])
     right = sum(bool(r.is_correct) for r in train + test)
     te = trace_error(train + test)
     say.stage(1, f"{len(train)} training and {len(test)} test candidates, policy "
@@ -132,7 +126,7 @@ def world_stage(config: TraceErrorConfig, out: str, say: Any) -> tuple[list, lis
                  f"{'-' if te is None else f'{100 * te:.1f}%'} of them with a wrong step")
     mc = stage(out, "train_mc.jsonl", lambda: list(label_mc(
         train, policy, prompter, MCConfig(rollouts=config.rollouts, mode="hard",
-                                          seed=config.seed), config.policy)))
+                                          seed=config.world.seed), config.policy)))
     agree = [(a >= 0.5) == (b >= 0.5) for m in mc for g in [gold_of(train, m.id)]
              for a, b in zip(m.labels or [], g.labels or []) if a is not None and b is not None]
     missed = recovered_slips_called_right(train, mc)
@@ -169,7 +163,7 @@ def verifiers_stage(config: TraceErrorConfig, setting: str, train: list, test: l
 
     spec = HeadSpec(base=config.base, head=config.head, calculator=setting == "calculator",
                     epochs=config.epochs, lr=config.lr, batch_tokens=config.batch_tokens,
-                    seed=config.seed)
+                    seed=config.world.seed)
     labelled = {"orm": outcome_labelled(train), "prm-mc": mc, "prm-exact": train}
     store = os.path.join(config.output, "frozen")
     scores = {}
