@@ -75,14 +75,13 @@ class FeaturePRM:
         return self._problems[text]
 
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
-        out: list[list[float | None]] = []
-        for problem, sol in zip(problems, steps):
-            if not sol:
-                out.append([])
-                continue
-            h = 1.0 / (1.0 + np.exp(-(features(self.problem(problem), sol) @ self.w)))
-            out.append([float(x) for x in np.cumprod(1.0 - h)])
-        return out
+        return [self.solution_scores(self.problem(problem), sol) if sol else []
+                for problem, sol in zip(problems, steps)]
+
+    def solution_scores(self, problem: Problem, steps: Sequence[str]) -> list[float | None]:
+        """One solution's step scores: P(no error up to each step), the hazards multiplied."""
+        h = 1.0 / (1.0 + np.exp(-(features(problem, steps) @ self.w)))
+        return [float(x) for x in np.cumprod(1.0 - h)]
 
     def to_dict(self) -> dict[str, Any]:
         return {"features": list(FEATURES), "weights": [round(float(x), 6) for x in self.w]}
@@ -100,15 +99,9 @@ class FeatureORM(FeaturePRM):
     """The outcome model with weights ``w`` (one per :data:`ORM_FEATURES`), through the PRM
     protocol: P(the final answer is right) on the last step, None on the others."""
 
-    def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
-        out: list[list[float | None]] = []
-        for problem, sol in zip(problems, steps):
-            if not sol:
-                out.append([])
-                continue
-            p = 1.0 / (1.0 + np.exp(-float(orm_row(self.problem(problem), sol) @ self.w)))
-            out.append([None] * (len(sol) - 1) + [p])
-        return out
+    def solution_scores(self, problem: Problem, steps: Sequence[str]) -> list[float | None]:
+        p = 1.0 / (1.0 + np.exp(-float(orm_row(problem, steps) @ self.w)))
+        return [None] * (len(steps) - 1) + [p]
 
     def to_dict(self) -> dict[str, Any]:
         return {"features": list(ORM_FEATURES), "weights": [round(float(x), 6) for x in self.w]}
