@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 from prmkit import __version__
 from prmkit.cliutil import (AGGREGATE_CHOICES, EPILOG_RECORDS, Formatter, add_config_options,
-                            add_model_run_options, add_parser, add_scale_options,
-                            check_inputs_not_empty, check_output_is_not_input, config_from_args)
+                            add_model_options, add_model_run_options, add_parser,
+                            add_scale_options, check_inputs_not_empty, check_output_is_not_input, config_from_args)
 from prmkit.errors import PrmkitError
 from prmkit.resume import Header, add_outside, args_identity, resumable
 from prmkit.generate.cli import add_generate
@@ -84,13 +84,14 @@ def _run_convert(args: argparse.Namespace) -> int:
 
 
 def _add_score(sub: Any) -> None:
-    from prmkit.models.names import PUBLIC_PRMS
+    from prmkit.models.names import PUBLIC_PRMS, REMOTE_CODE
     from prmkit.models.pypi import DEFAULT_MODELS
     from prmkit.stepformat import PRESETS
 
     presets = "\n".join(f"  {k}: {v.description}" for k, v in PRESETS.items())
     defaults = "\n".join(f"  {k}: {v.description}" for k, v in DEFAULT_MODELS.items())
-    public = "\n".join(f"  {k}: {fmt} ({what})" for k, (fmt, what) in PUBLIC_PRMS.items())
+    remote = {k: "; needs --trust-remote-code" if k in REMOTE_CODE else "" for k in PUBLIC_PRMS}
+    public = "\n".join(f"  {k}: {fmt} ({what}{remote[k]})" for k, (fmt, what) in PUBLIC_PRMS.items())
     p = _parser(sub, "score", "add step_scores to each record with a PRM",
                 "Score every step of every record with a process reward model and write the "
                 "records with `step_scores` added (one score per step, in [0, 1]; null for a "
@@ -105,24 +106,19 @@ def _add_score(sub: Any) -> None:
                 "--model, or with --model default, the trained default PRM "
                 "(prmkit/models/default_prm) is used.\n\nPublic PRMs by name (--model; the step "
                 "format is chosen from the name, --format overrides it):\n" + public)
-    p.add_argument("--model", default=None,
-                   help="a model folder (safetensors; a trained prmkit PRM or ORM), a hub id "
-                        "(a public PRM's step format is chosen from its name, e.g. "
-                        "peiyi9979/math-shepherd-mistral-7b-prm, Qwen/Qwen2.5-Math-PRM-7B), "
-                        "the URL of a running `prmkit serve` (http://HOST:PORT), or a name: "
-                        "default, smollm2-135m, gemma3-270m. Default: `default`, the small PRM "
-                        "shipped in the package: SmolLM2-135M-Instruct with its last layer "
-                        "and a head trained on PRM800K and PRMBench train step labels, with "
-                        "the threshold it was tuned for; its model card gives its figures. It "
-                        "is a CPU example, not a strong PRM. For real use, pass a public PRM by "
-                        "its hub id (listed above) or a folder of one.")
+    add_model_options(p, "a model folder (safetensors; a trained prmkit PRM or ORM), a hub id "
+                         "(a public PRM's step format is chosen from its name, e.g. "
+                         "peiyi9979/math-shepherd-mistral-7b-prm, Qwen/Qwen2.5-Math-PRM-7B), "
+                         "the URL of a running `prmkit serve` (http://HOST:PORT), or a name: "
+                         "default, smollm2-135m, gemma3-270m. Default: `default`, the small PRM "
+                         "shipped in the package: SmolLM2-135M-Instruct with its last layer "
+                         "and a head trained on PRM800K and PRMBench train step labels, with "
+                         "the threshold it was tuned for; its model card gives its figures. It "
+                         "is a CPU example, not a strong PRM. For real use, pass a public PRM by "
+                         "its hub id (listed above) or a folder of one.")
     add_outside(p, "--token", default=None,
                 help="bearer token for a remote --model URL (default: $PRMKIT_TOKEN, or its "
                      "alias $PRMKIT_SERVE_TOKEN)")
-    p.add_argument("--format", default=None,
-                   help="step format preset or prmkit_format.json path; default: the format "
-                        "saved in the model folder. With --backend generative, the verifier's "
-                        "template: thinkprm, genprm or plain (the default)")
     # the input records are checked one by one against OUT.partial's, not by their path
     add_outside(p, "--input", required=True, help="records (prmkit JSONL)")
     add_outside(p, "--output", required=True, help="where to write the scored records")
@@ -140,8 +136,6 @@ def _add_score(sub: Any) -> None:
                           "cut solutions to this many tokens (default: the model's maximum)")
     add_outside(p, "--chunk", type=int, default=64,
                 help="records scored between two writes of the partial output")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="allow the model folder's own Python code (off by default)")
     add_outside(p, "--no-resume", action="store_true",
                 help="ignore OUT.partial from an earlier run and start again")
     add_scale_options(p)
@@ -150,8 +144,8 @@ def _add_score(sub: Any) -> None:
 
 
 def _run_score(args: argparse.Namespace) -> int:
-    from prmkit.models.load import model_kind
     from prmkit.models.reading import HFConfig
+    from prmkit.models.spec import resolve_model
     from prmkit.formats.detect import read_records
     from prmkit.records import check_output_path
     from prmkit.distributed import ray_config
@@ -163,7 +157,8 @@ def _run_score(args: argparse.Namespace) -> int:
     records = read_records(args.input)
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
-    kind = model_kind(args.model)
+    spec = resolve_model(args.model, args.backend, args.format, args.token,
+                         args.trust_remote_code)
     from prmkit.models.sharing.prefix import has_groups
 
     share = not args.no_share_prefix and has_groups(records)
@@ -173,9 +168,8 @@ def _run_score(args: argparse.Namespace) -> int:
     generation, _ = generation_of(args)
     # every option (a server by what it serves) is the partial file's header: a resume matches it
     header = Header("score", args_identity(args, model=model_identity(args.model, args.token)))
-    result = score_records(records, functools.partial(open_scorer, args.backend, args.model,
-                                                      args.token, args.format, config, generation),
-                           args.output, resume=not args.no_resume, kind=kind,
+    result = score_records(records, functools.partial(open_scorer, spec, config, generation),
+                           args.output, resume=not args.no_resume, kind=spec.kind,
                            per_prefix=args.per_prefix, chunk=args.chunk, share_prefix=share,
                            header=header, ray=ray)
     if result.sharing is not None:
@@ -183,16 +177,17 @@ def _run_score(args: argparse.Namespace) -> int:
     if hasattr(getattr(result.prm, "stats", None), "summary"):   # a generative PRM's parse rate
         print(result.prm.stats.summary(), file=sys.stderr)
     print(f"scored {len(records)} records -> {args.output}", file=sys.stderr)
-    _say_threshold(args.model)
+    _say_threshold(args.model, spec)
     return 0
 
 
-def _say_threshold(model: str | None) -> None:
+def _say_threshold(model: str | None, saved: Any = None) -> None:
     """The threshold saved with the model, where one is: scores hold no threshold, but the
-    commands that apply one (`eval processbench`, `select --by filtered-majority`) use it."""
+    commands that apply one (`eval processbench`, `select --by filtered-majority`) use it.
+    ``saved``: the model's spec, whose threshold was read with it (else it is read here)."""
     from prmkit.models.folder import saved_threshold
 
-    info = saved_threshold(model)
+    info = saved.threshold if saved is not None else saved_threshold(model)
     if info is not None:
         print(f"the model's threshold: {info['threshold']:g} (tuned on "
               f"{info.get('tuned_on', 'its dev data')}): a step scored below it is a predicted "

@@ -90,6 +90,21 @@ def add_dtype_option(p: Any, flag: str = "--dtype",
     p.add_argument(flag, default="auto", choices=list(choices), help=help)
 
 
+FORMAT_HELP = ("step format preset or prmkit_format.json path; default: the format saved in the "
+               "model folder. With --backend generative, the verifier's template: thinkprm, "
+               "genprm or plain (the default)")
+
+
+def add_model_options(p: Any, model_help: str, required: bool = False) -> None:
+    """What names a model, for every command that opens one the way ``prmkit score`` does
+    (:func:`prmkit.models.spec.resolve_model` reads them): --model, --format and
+    --trust-remote-code."""
+    p.add_argument("--model", required=required, default=None, help=model_help)
+    p.add_argument("--format", default=None, help=FORMAT_HELP)
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow the model folder's own Python code (off by default)")
+
+
 def add_model_run_options(p: Any, dtype_help: str, max_length_help: str) -> None:
     """How a job that scores runs its HF model: --dtype, --device, --token-budget, --max-length
     (the fields of :class:`prmkit.models.reading.HFConfig`)."""

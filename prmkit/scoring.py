@@ -12,7 +12,6 @@ not a setting: a run on workers resumes a local run's partial file and the other
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import time
 import dataclasses
@@ -22,7 +21,7 @@ from typing import Any, Callable, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.records import Record, check_output_path
 from prmkit.resume import Header, Partial, as_path, read_checked
-from prmkit.verify.templates import VERIFIER_FILE
+from prmkit.models.spec import BACKENDS, ModelSpec  # noqa: F401 (BACKENDS: the --backend choices)
 
 
 WRITTEN_META = ("outcome_score", "verifications")   # what scoring adds to a record's meta
@@ -41,41 +40,22 @@ class ScoreResult:
     seconds: float = 0.0  # scoring alone: the loop here, or on Ray first batch start to last end
 
 
-BACKENDS = ("hf", "vllm", "generative")
+def open_scorer(spec: ModelSpec, config: Any = None, generation: Any = None) -> Any:
+    """The PRM a command scores with, from its spec (:func:`prmkit.models.spec.resolve_model`):
+    the opener of :data:`prmkit.models.load.OPENERS` for ``hf`` (a folder, a name, a hub id, a
+    ``prmkit serve`` URL) and ``vllm``, and for ``generative`` an instruct model that writes
+    its verification (:mod:`prmkit.verify`; ``spec.format_given`` its template, ``generation``
+    its :class:`prmkit.verify.prm.GenConfig`)."""
+    from prmkit.models.load import open_model
 
-
-def open_scorer(backend: str, model: str | None, token: str | None = None, fmt: str | None = None,
-                config: Any = None, generation: Any = None) -> Any:
-    """The PRM a command scores with: ``hf`` is :func:`prmkit.models.load.open_prm` (a folder,
-    a name, a hub id, a ``prmkit serve`` URL), ``vllm`` the same model through vLLM's pooling
-    API (:class:`prmkit.models.backends.vllm.VLLMPRM`; ``config``'s dtype, length cut and
-    trust_remote_code; vLLM picks its GPU itself), ``generative`` an instruct model that writes
-    its verification (:mod:`prmkit.verify`; ``fmt`` its template, ``generation`` its
-    :class:`prmkit.verify.prm.GenConfig`)."""
-    from prmkit.models.load import open_prm
+    if spec.opener != "generative":
+        return open_model(spec, config)
+    from prmkit.verify.load import open_generative
     from prmkit.verify.prm import GenConfig
 
-    if backend not in BACKENDS:
-        raise PrmkitError(f"--backend {backend!r} is not one of {', '.join(BACKENDS)}")
-    if backend != "generative" and model and os.path.isfile(os.path.join(model, VERIFIER_FILE)):
-        raise PrmkitError(f"--model {model}: a generative verifier (prmkit train verifier); score "
-                          f"it with --backend generative")
-    if backend == "hf":
-        return open_prm(model, token, fmt, config)
-    if backend == "generative":
-        from prmkit.verify.load import open_generative
-
-        return open_generative(model, fmt, generation or GenConfig(), config)
-    from prmkit.models.backends.remote import is_remote
-    from prmkit.models.backends.vllm import VLLMPRM
-    from prmkit.models.pypi import default_prm_path, is_default
-
-    name = default_prm_path() if is_default(model) else model
-    if is_remote(name):
-        raise PrmkitError(f"--backend vllm reads a model folder or hub id, not a server URL ({name})")
-    return VLLMPRM(name, fmt, dtype=getattr(config, "dtype", "auto"),
-                   max_model_len=getattr(config, "max_length", None),
-                   trust_remote_code=getattr(config, "trust_remote_code", False))
+    fmt = spec.format_given if isinstance(spec.format_given, str) or spec.format_given is None \
+        else spec.format_given.name
+    return open_generative(spec.given, fmt, generation or GenConfig(), config)
 
 
 def describe(prm: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ LAYERS = [
      ["prmkit.models.base", "prmkit.models.architectures", "prmkit.models.body",
       "prmkit.models.pypi", "prmkit.models.names"]),
     ("models: reading", ["prmkit.models.reading", "prmkit.models.surprisal",
-                         "prmkit.models.folder"]),
+                         "prmkit.models.weights", "prmkit.models.folder", "prmkit.models.spec"]),
     ("models: backends", ["prmkit.models.backends"]),
     ("models: sharing", ["prmkit.models.sharing"]),
     ("models: opening and export", ["prmkit.models.load", "prmkit.models.export",

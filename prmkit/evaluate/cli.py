@@ -14,7 +14,8 @@ import os
 import sys
 from typing import Any
 
-from prmkit.cliutil import AGGREGATE_CHOICES, Formatter, add_model_run_options, add_scale_options
+from prmkit.cliutil import (AGGREGATE_CHOICES, Formatter, add_model_options, add_model_run_options,
+                            add_scale_options)
 from prmkit.errors import PrmkitError
 from prmkit.resume import add_outside, resumable
 
@@ -350,20 +351,13 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False,
                    default_prm: bool = False) -> None:
     """The options that load and run a PRM (the same as ``prmkit score``); ``default_prm``: no
     --model (and no --predictions) means the default PRM."""
-    p.add_argument("--model", required=required, default=None,
-                   help="a model folder (safetensors), a default model name, or a hub id" +
-                        ("; default: the trained default PRM shipped in the package, unless "
-                         "--predictions is given" if default_prm else ""))
-    p.add_argument("--format", default=None,
-                   help="step format preset or prmkit_format.json path; default: the format "
-                        "saved in the model folder. With --backend generative, the verifier's "
-                        "template: thinkprm, genprm or plain (the default)")
+    add_model_options(p, "a model folder (safetensors), a default model name, or a hub id" +
+                      ("; default: the trained default PRM shipped in the package, unless "
+                       "--predictions is given" if default_prm else ""), required=required)
     add_model_run_options(p, "auto = bfloat16 where native, else float32; recorded in the "
                              "results beside every figure",
                           "cut solutions to this many tokens (default: the model's maximum); "
                           "steps past the cut get no score")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="allow the model folder's own Python code (off by default)")
     add_outside(p, "--save-scores", default=None, metavar="FILE",
                 help="where the scored records go, written as they finish to FILE.partial; "
                      "rerunning the same command after a kill resumes there. Default: the "

@@ -152,10 +152,13 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
     from prmkit.models.reading import HFConfig
     from prmkit.models.sharing.prefix import has_groups
     from prmkit.resume import Header, args_identity, read_checked
+    from prmkit.models.spec import resolve_model
     from prmkit.scoring import model_identity, open_scorer, score_records
 
     config = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
+    spec = resolve_model(args.model, getattr(args, "backend", "hf"), args.format, None,
+                         args.trust_remote_code)
     ray = ray_config(args)
     from prmkit.verify.load import generation_of
 
@@ -164,8 +167,7 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
                     args_identity(args, model=model_identity(args.model)))
     if args.save_scores and not args.no_resume:
         read_checked(args.save_scores, header)   # refused before the model loads
-    prm = functools.partial(open_scorer, getattr(args, "backend", "hf"), args.model, None,
-                            args.format, config, generation)
+    prm = functools.partial(open_scorer, spec, config, generation)
     if ray is None:
         prm = prm()    # here, before any output (Ray workers open it themselves)
     share_prefix = share_prefix and has_groups(records)

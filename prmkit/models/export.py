@@ -21,7 +21,8 @@ import tempfile
 from typing import Any
 
 from prmkit.errors import PrmkitError
-from prmkit.models.folder import TRAIN_FILE, kind_of, read_train_info, resolve_model_path
+from prmkit.models.folder import TRAIN_FILE, read_train_info
+from prmkit.models.spec import resolve_model
 from prmkit.stepformat import StepFormat
 
 EXPORT_DTYPES = ("float32", "bfloat16")
@@ -33,19 +34,20 @@ def export_prm(model: str, output: str, dtype: str = "float32",
     ``output``. Returns what was written (architecture, parameters)."""
     import torch
 
-    from prmkit.models.backends.hf import load_hf_prm
+    from prmkit.models.backends.hf import open_hf
     from prmkit.models.reading import HFConfig
 
     if dtype not in EXPORT_DTYPES:
         raise PrmkitError(f"--dtype {dtype!r} is not one of {', '.join(EXPORT_DTYPES)}")
-    path = resolve_model_path(model)
-    if kind_of(path) == "implicit-prm":
+    if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
+        raise PrmkitError(f"{output}: already exists and is not empty")
+    spec = resolve_model(model, "hf", step_format)
+    path = spec.path
+    if spec.kind == "implicit-prm":
         raise PrmkitError(f"model {model!r} is an implicit PRM (a policy and its reference "
                           f"model): export cannot write it as one transformers model; score it "
                           f"with prmkit")
-    if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
-        raise PrmkitError(f"{output}: already exists and is not empty")
-    prm = load_hf_prm(model, step_format, HFConfig(dtype="float32"))
+    prm = open_hf(spec, HFConfig(dtype="float32"))
     net = prm.model.to(getattr(torch, dtype))
     parent = os.path.dirname(os.path.abspath(output))
     os.makedirs(parent, exist_ok=True)

@@ -17,75 +17,16 @@ import sys
 from typing import Any
 
 from prmkit.errors import PrmkitError
+from prmkit.models.weights import (ARCHITECTURES, BASE_FILE, DELTA_FILE, architecture_of,  # noqa: F401
+                                   is_delta, load_model, read_base, save_delta)
 from prmkit.stepformat import FORMAT_FILE, PRESETS, StepFormat, get_format
 
-BASE_FILE = "prmkit_base.json"
-DELTA_FILE = "prmkit_delta.safetensors"
 TRAIN_FILE = "prmkit_train.json"
 THRESHOLD_FILE = "prmkit_threshold.json"  # {"threshold": float, "tuned_on": str, ...}
-ARCHITECTURES = ("causal-lm", "token-classification")
-
-
-def architecture_of(reading: str) -> str:
-    return "causal-lm" if reading in ("label-tokens", "log-ratio") else "token-classification"
-
-
-def load_model(path: str, architecture: str, num_labels: int | None, dtype: Any,
-               trust_remote_code: bool = False) -> tuple[Any, dict[str, Any]]:
-    """Load a base or full model folder (safetensors only). Returns (model, loading info)."""
-    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
-
-    kwargs: dict[str, Any] = dict(dtype=dtype, use_safetensors=True,
-                                  trust_remote_code=trust_remote_code, output_loading_info=True)
-    if architecture == "causal-lm":
-        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    if num_labels is not None:
-        kwargs["num_labels"] = num_labels
-    return AutoModelForTokenClassification.from_pretrained(path, **kwargs)
-
-
-def is_delta(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, BASE_FILE))
-
-
-def load_delta(path: str, dtype: Any) -> Any:
-    """Base model + the trained tensors of a delta folder."""
-    from safetensors.torch import load_file
-
-    with open(os.path.join(path, BASE_FILE), encoding="utf-8") as f:
-        info = json.load(f)
-    if info.get("architecture") not in ARCHITECTURES:
-        raise PrmkitError(f"{path}/{BASE_FILE}: field 'architecture' must be one of "
-                          f"{', '.join(ARCHITECTURES)}")
-    base = info["base"]
-    base_path = base_of(path, base)
-    model, _ = load_model(base_path, info["architecture"], info.get("num_labels"), dtype)
-    delta = load_file(os.path.join(path, DELTA_FILE))
-    own = model.state_dict()
-    unknown = [k for k in delta if k not in own]
-    if unknown:
-        raise PrmkitError(f"{path}/{DELTA_FILE}: tensor {unknown[0]!r} does not exist in the base "
-                          f"model {base!r}")
-    for k, v in delta.items():
-        if own[k].shape != v.shape:
-            raise PrmkitError(f"{path}/{DELTA_FILE}: tensor {k!r} has shape {tuple(v.shape)}, "
-                              f"the base model has {tuple(own[k].shape)}")
-    model.load_state_dict({k: v.to(own[k].dtype) for k, v in delta.items()}, strict=False)
-    return model
-
-
-def save_delta(path: str, model: Any, names: list[str], base: str, architecture: str) -> None:
-    """Write only the named tensors, with a pointer to the base model."""
-    from safetensors.torch import save_file
-
-    state = model.state_dict()
-    save_file({n: state[n].detach().contiguous().cpu() for n in names},
-              os.path.join(path, DELTA_FILE))
-    info = {"base": base, "architecture": architecture,
-            "num_labels": getattr(model.config, "num_labels", None)
-            if architecture == "token-classification" else None}
-    with open(os.path.join(path, BASE_FILE), "w", encoding="utf-8") as f:
-        json.dump(info, f, indent=2)
+# a caller that has not read the model's own format yet (the functions below read it)
+READ: Any = object()
+# the threshold a command applies where neither --threshold nor the model gives one
+DEFAULT_THRESHOLD = 0.5
 
 
 def read_train_info(path: str) -> dict[str, Any]:
@@ -104,11 +45,12 @@ def saved_threshold(model: str | None) -> dict[str, Any] | None:
     from prmkit.models.pypi import DEFAULT_PRM_DIR, is_default
 
     if is_default(model):
-        path = DEFAULT_PRM_DIR
-    elif os.path.isdir(model):
-        path = model
-    else:
-        return None
+        return read_threshold(DEFAULT_PRM_DIR)
+    return read_threshold(model) if os.path.isdir(model) else None
+
+
+def read_threshold(path: str) -> dict[str, Any] | None:
+    """``prmkit_threshold.json`` of the folder ``path``, or None where it has none."""
     p = os.path.join(path, THRESHOLD_FILE)
     if not os.path.isfile(p):
         return None
@@ -122,15 +64,21 @@ def saved_threshold(model: str | None) -> dict[str, Any] | None:
 def threshold_for(model: str | None, given: float | None) -> tuple[float, str]:
     """The threshold a command applies, and the line it prints on stderr saying where it came
     from: ``given`` (``--threshold``), else the one saved with the model, else 0.5."""
+    return threshold_from(saved_threshold(model), model or "default", given)
+
+
+def threshold_from(saved: dict[str, Any] | None, name: str,
+                   given: float | None) -> tuple[float, str]:
+    """:func:`threshold_for` from the model's saved threshold ``saved`` (or None)."""
     if given is not None:
         return given, f"threshold {given:g} (--threshold)"
-    info = saved_threshold(model)
-    if info is None:
-        return 0.5, ("threshold 0.5 (no threshold is saved with the model: --threshold sets one; "
-                     "eval processbench --calibrate-on SPLIT tunes one on a split)")
-    t = float(info["threshold"])
-    return t, (f"threshold {t:g}: the one saved with the model {model or 'default'} (tuned on "
-               f"{info.get('tuned_on', 'its dev data')}); --threshold overrides it")
+    if saved is None:
+        return DEFAULT_THRESHOLD, (
+            f"threshold {DEFAULT_THRESHOLD:g} (no threshold is saved with the model: --threshold "
+            f"sets one; eval processbench --calibrate-on SPLIT tunes one on a split)")
+    t = float(saved["threshold"])
+    return t, (f"threshold {t:g}: the one saved with the model {name} (tuned on "
+               f"{saved.get('tuned_on', 'its dev data')}); --threshold overrides it")
 
 
 def write_card(path: str, title: str, lines: list[str]) -> None:
@@ -194,11 +142,9 @@ def score_line(repo_id: str) -> str:
     """The command that scores with a hub model once it is downloaded to DIR: its step format
     (from ``models/names.py``, NAME when prmkit does not know it), and ``--trust-remote-code``
     where its recipe runs the model's own code."""
-    from prmkit.models.names import PUBLIC_PRMS, format_for
+    from prmkit.models.names import format_for, needs_remote_code
 
-    about = next((what for name, (_, what) in PUBLIC_PRMS.items()
-                  if name.lower() == repo_id.strip().rstrip("/").lower()), "")
-    remote = " --trust-remote-code" if "--trust-remote-code" in about else ""
+    remote = " --trust-remote-code" if needs_remote_code(repo_id) else ""
     return f"prmkit score --model DIR --format {format_for(repo_id) or 'NAME'}{remote}"
 
 
@@ -207,6 +153,11 @@ def base_of(path: str, base: str) -> str:
     ``path``) when there is one, else a default model name, a folder or a hub id."""
     relative = os.path.join(path, base)
     return resolve_model_path(relative if os.path.isdir(relative) else base)
+
+
+def delta_base(path: str) -> str | None:
+    """The resolved base of the delta folder ``path`` (None for any other folder)."""
+    return base_of(path, read_base(path)["base"]) if is_delta(path) else None
 
 
 def own_format(model: str, path: str) -> StepFormat | None:
@@ -248,8 +199,12 @@ def note_other_format(model: str, path: str, step_format: str | StepFormat | Non
     are then not the ones its own recipe reads."""
     own = is_other_format(model, path, fmt) if isinstance(step_format, str) else None
     if own is not None:
-        print(f"note: --format {step_format} is not the step format model {model} was saved "
-              f"with ({own.name}); its scores follow --format", file=sys.stderr)
+        say_other_format(model, step_format, own)
+
+
+def say_other_format(model: str, given: str, own: StepFormat) -> None:
+    print(f"note: --format {given} is not the step format model {model} was saved with "
+          f"({own.name}); its scores follow --format", file=sys.stderr)
 
 
 def same_format(a: StepFormat, b: StepFormat) -> bool:
@@ -308,12 +263,13 @@ def config_of(path: str) -> dict[str, Any]:
         return {}
 
 
-def check_tag(model: str, path: str, fmt: StepFormat, tokenizer: Any) -> None:
+def check_tag(model: str, path: str, fmt: StepFormat, tokenizer: Any, own: Any = READ) -> None:
     """Refuse a format that reads its tag's id (math-shepherd, qwen-prm) on a model saved with
     another format whose tokenizer splits that tag into several tokens: the format's recipe
     reads a tag of one token, and the model was never trained to read this one. A model with no
-    format of its own (a base model read zero-shot) is the user's choice, and is let through."""
-    own = own_format(model, path)
+    format of its own (a base model read zero-shot) is the user's choice, and is let through.
+    ``own`` is the model's own format where the caller has read it."""
+    own = own_format(model, path) if own is READ else own
     if fmt.read != "tag-id" or own is None or same_format(fmt, own):
         return
     ids = tokenizer(fmt.tag, add_special_tokens=False)["input_ids"]
@@ -323,20 +279,20 @@ def check_tag(model: str, path: str, fmt: StepFormat, tokenizer: Any) -> None:
     raise PrmkitError(f"step format {fmt.name!r} reads the id of its tag {fmt.tag!r}, one token "
                       f"in the models it was made for, but the tokenizer of model {model!r} "
                       f"splits it into {len(ids)} ({pieces}): "
-                      f"{advice_for(model, path, fmt.reading)}")
+                      f"{advice_for(model, path, fmt.reading, own)}")
 
 
-def advice_for(model: str, path: str, kind: str) -> str:
+def advice_for(model: str, path: str, kind: str, own: Any = READ) -> str:
     """What to pass instead of a format that does not fit: the model's own, or the presets that
     read its kind of head."""
-    own = own_format(model, path)
+    own = own_format(model, path) if own is READ else own
     if own is not None and own.reading == kind:
         return f"leave --format out to use its own ({own.name})"
     names = [f.name for f in PRESETS.values() if f.reading == kind]
     return f"use a format that fits it ({', '.join(names)})" if names else "use a format that fits it"
 
 
-def check_head(model: str, path: str, fmt: StepFormat) -> None:
+def check_head(model: str, path: str, fmt: StepFormat, own: Any = READ) -> None:
     """Refuse, in one line and before any weights load, a step format that reads another kind
     of head than the model has (label tokens on a classification head, or the reverse): the
     scores would be an index error or, worse, numbers read from the wrong place."""
@@ -347,7 +303,7 @@ def check_head(model: str, path: str, fmt: StepFormat) -> None:
     fits = fmt.reading == kind and (kind != "classes" or fmt.positive_class < n)
     if fits:
         return
-    advice = advice_for(model, path, kind)
+    advice = advice_for(model, path, kind, own)
     what = HEADS[kind] + (f" of {n} classes" if kind == "classes" else "")
     reads = READS_HEAD.get(fmt.reading, f"reads {fmt.reading}")
     if fmt.reading == kind == "classes":

@@ -18,7 +18,7 @@ from prmkit.errors import PrmkitError
 
 
 def add_serve(sub: Any) -> None:
-    from prmkit.cliutil import Formatter, add_config_options, add_dtype_option
+    from prmkit.cliutil import Formatter, add_config_options, add_dtype_option, add_model_options
     from prmkit.serve.config import ServeConfig
 
     endpoints = [
@@ -41,21 +41,14 @@ def add_serve(sub: Any) -> None:
                         "--max-header-bytes 431; too many steps or tokens 422. On a non-loopback address --token is required and "
                         "every request needs 'Authorization: Bearer TOKEN' (401 without). Ctrl-C "
                         "or SIGTERM finish the requests in flight before stopping.", 88))
-    p.add_argument("--model", default=None,
-                   help="a model folder (a trained prmkit PRM), a default model name "
-                        "(smollm2-135m, gemma3-270m; with --format), or a hub id. Default: the "
-                        "trained default prmkit PRM shipped in the package.")
-    p.add_argument("--format", default=None,
-                   help="step format preset or prmkit_format.json path; default: the format "
-                        "saved in the model folder. With --backend generative, the verifier's "
-                        "template: thinkprm, genprm or plain (the default)")
+    add_model_options(p, "a model folder (a trained prmkit PRM), a default model name "
+                         "(smollm2-135m, gemma3-270m; with --format), or a hub id. Default: the "
+                         "trained default prmkit PRM shipped in the package.")
     add_dtype_option(p, help="auto = bfloat16 where native, else float32; float32 gives scores "
                              "equal to offline float32 scoring")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--max-length", type=int, default=None,
                    help="the model's maximum length in tokens (default: from its config)")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="allow the model folder's own Python code (off by default)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for the model (default: torch's; 1 is often faster on "
                         "a busy machine)")
@@ -79,13 +72,15 @@ def _run_serve(args: argparse.Namespace) -> int:
     config = config_from_args(ServeConfig, args)
     if not all(importlib.util.find_spec(name) for name in ("fastapi", "uvicorn")):
         raise PrmkitError("prmkit serve needs FastAPI and uvicorn: pip install 'prmkit[serve]'")
-    from prmkit.models.load import model_kind, open_prm
     from prmkit.models.reading import HFConfig, fast_dtype
-    from prmkit.models.backends.remote import is_remote
+    from prmkit.models.spec import resolve_model
     from prmkit.resume import as_path
+    from prmkit.scoring import open_scorer
     from prmkit.serve.app import bind, create_app, uvicorn_server
+    from prmkit.verify.load import generation_of
 
-    if args.model and is_remote(args.model):
+    spec = resolve_model(args.model, args.backend, args.format, None, args.trust_remote_code)
+    if spec.served:
         raise PrmkitError("prmkit serve needs a local model, not a server URL")
     if args.threads is not None and args.threads < 1:
         raise PrmkitError(f"--threads must be positive, got {args.threads}")
@@ -96,12 +91,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     hf = HFConfig(dtype=args.dtype, device=args.device, token_budget=args.token_budget,
                   max_length=args.max_length, trust_remote_code=args.trust_remote_code)
-    if args.backend == "generative":
-        from prmkit.verify.load import generation_of, open_generative
-
-        prm, kind = open_generative(args.model, args.format, generation_of(args)[0], hf), "prm"
-    else:
-        prm, kind = open_prm(args.model, None, args.format, hf), model_kind(args.model)
+    prm = open_scorer(spec, hf, generation_of(args)[0])
+    kind = "prm" if args.backend == "generative" else spec.kind
     # a folder by its absolute path: /health names the same model wherever serve was started
     model_name = as_path(args.model) or "prmkit-default-prm"
     app = create_app(prm, config, model_name, prm.format.name, kind)

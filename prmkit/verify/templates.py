@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from prmkit.models.spec import VERIFIER_FILE  # a trained verifier's template and sampling settings
 from prmkit.errors import PrmkitError
 from prmkit.stepformat import GENERATIVE_TEMPLATES
 
@@ -49,7 +50,6 @@ GENPRM_OUTPUT = "<output>\n**Judgement**: $\\boxed"
 GENPRM_OUTPUT_STOP = "</output>\n"
 GENPRM_OUTPUT_TOKENS = 20   # the recipe's budget for the verdict after the forced output start
 
-VERIFIER_FILE = "prmkit_verifier.json"   # a trained verifier's template and sampling settings
 
 Chat = Callable[[list[dict[str, str]], bool], str]   # (messages, add_generation_prompt) -> text
 

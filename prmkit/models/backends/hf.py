@@ -30,9 +30,9 @@ from typing import Any, Iterator, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.models.base import collect
-from prmkit.models.folder import (architecture_of, check_head, check_tag, folder_format, is_delta,
-                                  kind_of, load_delta, load_error, load_model, note_other_format,
-                                  resolve_model_path)
+from prmkit.models.folder import load_error, resolve_model_path
+from prmkit.models.spec import ModelSpec, resolve_model
+from prmkit.models.weights import architecture_of, is_delta, load_delta, load_model
 from prmkit.models.architectures import BIDIRECTIONAL
 from prmkit.models.reading import (DTYPES, TORCH_DTYPES, HFConfig, Reader,
                                    ScoreStats, bucket_batches, encode_or_warn, pad_right,
@@ -155,37 +155,45 @@ def load_hf_prm(model: str, step_format: str | StepFormat | None = None,
     :mod:`prmkit.models.folder`) load the same way. Any kind of folder, the implicit PRM's
     included, loads with :func:`prmkit.models.load.load_prm`."""
     config = config or HFConfig()
-    path = resolve_model_path(model)  # a missing model is reported before the heavy imports
-    if kind_of(path) == "implicit-prm":
-        raise PrmkitError(f"model {model!r} is an implicit PRM: load it with "
+    spec = resolve_model(model, "hf", step_format, trust_remote_code=config.trust_remote_code)
+    return open_hf(spec, config)
+
+
+def open_hf(spec: ModelSpec, config: HFConfig | None = None) -> HFPRM:
+    """The HF PRM of a resolved spec (:func:`prmkit.models.spec.resolve_model`: its path, kind
+    and step format, checked against its head, are decided there)."""
+    config = config or HFConfig()
+    if spec.kind == "implicit-prm":
+        raise PrmkitError(f"model {spec.name!r} is an implicit PRM: load it with "
                           f"prmkit.models.load.load_prm")
+    assert spec.step_format is not None, "resolve_model chooses the format of an HF PRM"
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # prmkit shows its own progress
-    fmt = folder_format(model, path, step_format,
-                        "with --format (math-shepherd, qwen-prm, trl, rlhflow, prmkit)")
-    check_head(model, path, fmt)  # before the weights: a wrong head is an index error, or silent
     dtype = torch_dtype(config.dtype, config.device)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=config.trust_remote_code)
-        check_tag(model, path, fmt, tokenizer)
-        note_other_format(model, path, step_format, fmt)
-        net = delta_or_model(model, path, fmt, dtype, config.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(spec.path,
+                                                  trust_remote_code=config.trust_remote_code)
+        net = delta_or_model(spec, dtype, config.trust_remote_code)
     except PrmkitError:
         raise
     except Exception as e:  # noqa: BLE001 - any loader failure is the folder's, said plainly
-        raise PrmkitError(load_error(model, path, e)) from None
-    return HFPRM(net.to(config.device), tokenizer, fmt, config)
+        raise PrmkitError(load_error(spec.name, spec.path, e)) from None
+    return HFPRM(net.to(config.device), tokenizer, spec.step_format, config)
 
 
-def delta_or_model(model: str, path: str, fmt: StepFormat, dtype: Any, trust_remote_code: bool) -> Any:
+def delta_or_model(spec: ModelSpec, dtype: Any, trust_remote_code: bool) -> Any:
     """The network of a delta folder (on its base) or of a full model folder, with the head
-    ``fmt`` reads; a classification head that the folder does not hold is an error."""
+    the spec's format reads; a classification head that the folder does not hold is an
+    error."""
     from transformers import AutoModel
 
+    path, fmt = spec.path, spec.step_format
+    assert fmt is not None
     if is_delta(path):
-        return load_delta(path, dtype)
+        assert spec.delta_base is not None, "resolve_model resolves a delta folder's base"
+        return load_delta(path, dtype, spec.delta_base)
     architecture = architecture_of(fmt.reading)
     try:
         net, info = load_model(path, architecture, None, dtype, trust_remote_code)
@@ -197,7 +205,7 @@ def delta_or_model(model: str, path: str, fmt: StepFormat, dtype: Any, trust_rem
         info = {}
     head_missing = [k for k in info.get("missing_keys", []) if "score" in k or "classifier" in k]
     if head_missing:
-        raise PrmkitError(f"model {model!r} has no trained classification head "
+        raise PrmkitError(f"model {spec.name!r} has no trained classification head "
                           f"({head_missing[0]} is missing), but format {fmt.name!r} reads "
                           f"one. Train a PRM first, or use a label-token format such as "
                           f"math-shepherd")

@@ -35,6 +35,7 @@ from prmkit.models.architectures import head_is_known
 from prmkit.models.body import backbone as body_of
 from prmkit.models.backends.sharedbody import head_logps, shared_logps
 from prmkit.models import folder
+from prmkit.models.weights import load_delta
 from prmkit.models.reading import (HFConfig, ScoreStats, encode_or_warn, pad_right, torch_dtype,
                                    prefix_encodings, token_budget_batches)
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat, get_format
@@ -378,7 +379,7 @@ def load_implicit_prm(path: str, config: HFConfig | None = None,
         if folder.is_delta(path):
             from safetensors.torch import load_file
 
-            policy = folder.load_delta(path, dtype)
+            policy = load_delta(path, dtype, folder.delta_base(path))
             share_frozen(policy, reference, set(load_file(os.path.join(path, folder.DELTA_FILE))))
         else:
             policy, _ = folder.load_model(path, "causal-lm", None, dtype)

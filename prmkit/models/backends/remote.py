@@ -45,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.models.names import is_remote  # re-exported: where a URL is told from a model is decided there
 
 SCORE_PATH = "/v1/score"
 HEALTH_PATH = "/health"
@@ -57,11 +58,6 @@ def env_token() -> str | None:
     """The server token from the environment: ``$PRMKIT_TOKEN``, else its alias
     ``$PRMKIT_SERVE_TOKEN`` (None when neither is set or both are empty)."""
     return os.environ.get(TOKEN_ENV) or os.environ.get(TOKEN_ALIAS) or None
-
-
-def is_remote(model: str) -> bool:
-    """True when ``--model`` names a server (``http://`` or ``https://``), not a model."""
-    return model.strip().lower().startswith(("http://", "https://"))
 
 
 class RemoteStats:

@@ -26,8 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from prmkit.errors import PrmkitError
-from prmkit.models.folder import (check_head, check_tag, folder_format, note_other_format,
-                                  resolve_model_path)
+from prmkit.models.spec import ModelSpec, resolve_model
 from prmkit.models.reading import DTYPES, ScoreStats, encode_or_warn, prefix_encodings
 from prmkit.stepformat import BoundFormat, Encoded, StepFormat
 
@@ -194,7 +193,7 @@ class VLLMPRM:
     already exists (or a fake one, in tests).
     """
 
-    def __init__(self, model: str, step_format: str | StepFormat | None = None, *,
+    def __init__(self, model: str | ModelSpec, step_format: str | StepFormat | None = None, *,
                  dtype: str = "auto", tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.9, trust_remote_code: bool = False,
                  max_model_len: int | None = None, convert_label_tokens: bool = False,
@@ -208,9 +207,10 @@ class VLLMPRM:
         if max_model_len is not None and max_model_len < 2:
             raise PrmkitError(f"max_model_len must be at least 2, got {max_model_len}")
         vllm = _import_vllm()   # before the model's folder or download is looked for
-        path = resolve_model_path(model)
-        fmt = folder_format(model, path, step_format)
-        check_head(model, path, fmt)
+        spec = model if isinstance(model, ModelSpec) else resolve_model(
+            model, "vllm", step_format, trust_remote_code=trust_remote_code)
+        path, fmt = spec.path, spec.step_format
+        assert fmt is not None, "resolve_model chooses the format of a vLLM PRM"
         make_params = pooling_params_factory(vllm)  # refuse an old vLLM before loading weights
         from transformers import AutoTokenizer
 
@@ -218,9 +218,7 @@ class VLLMPRM:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise PrmkitError(f"model {model!r}: cannot load its tokenizer: {first}") from None
-        check_tag(model, path, fmt, tokenizer)
-        note_other_format(model, path, step_format, fmt)
+            raise PrmkitError(f"model {spec.name!r}: cannot load its tokenizer: {first}") from None
         bound = fmt.bind(tokenizer)
         kwargs = engine_args(path, bound, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
                              gpu_memory_utilization=gpu_memory_utilization,
