@@ -159,9 +159,6 @@ def _run_score(args: argparse.Namespace) -> int:
                       max_length=args.max_length, trust_remote_code=args.trust_remote_code)
     spec = resolve_model(args.model, args.backend, args.format, args.token,
                          args.trust_remote_code)
-    from prmkit.models.sharing.prefix import has_groups
-
-    share = not args.no_share_prefix and has_groups(records)
     ray = ray_config(args)
     from prmkit.verify.load import generation_of
 
@@ -170,11 +167,14 @@ def _run_score(args: argparse.Namespace) -> int:
     header = Header("score", args_identity(args, model=model_identity(args.model, args.token)))
     result = score_records(records, functools.partial(open_scorer, spec, config, generation),
                            args.output, resume=not args.no_resume, kind=spec.kind,
-                           per_prefix=args.per_prefix, chunk=args.chunk, share_prefix=share,
+                           per_prefix=args.per_prefix, chunk=args.chunk,
+                           share_prefix=not args.no_share_prefix,
                            header=header, ray=ray)
     if result.sharing is not None:
         print(result.sharing.summary(), file=sys.stderr)
-    if hasattr(getattr(result.prm, "stats", None), "summary"):   # a generative PRM's parse rate
+    from prmkit.verify.prm import GenerativePRM
+
+    if isinstance(result.prm, GenerativePRM):   # its parse rate, tokens and time
         print(result.prm.stats.summary(), file=sys.stderr)
     print(f"scored {len(records)} records -> {args.output}", file=sys.stderr)
     _say_threshold(args.model, spec)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from prmkit.errors import PrmkitError
+from prmkit.models.base import PRM, StreamingPRM
 from prmkit.records import Record, check_output_path
 from prmkit.resume import Header, Partial, as_path, read_checked
 from prmkit.models.spec import BACKENDS, ModelSpec  # noqa: F401 (BACKENDS: the --backend choices)
@@ -155,7 +156,7 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
 
     if chunk is not None and chunk < 1:
         raise PrmkitError(f"--chunk must be positive, got {chunk}")
-    if ray is not None and hasattr(prm, "score"):
+    if ray is not None and isinstance(prm, PRM):
         raise ValueError("with ray, prm must be a function that opens the PRM on each worker")
     if out and header is None:
         raise ValueError("a resumable output needs its header (prmkit.resume.Header)")
@@ -166,13 +167,14 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
         done = read_checked(out, header)  # only reads what is finished
         check_rows(out, done, records)
     todo = [r for r in records if not _restore(r, done.get(r.id), kind)]
-    if ray is None and callable(prm) and not hasattr(prm, "score"):
+    if ray is None and callable(prm) and not isinstance(prm, PRM):
         prm = prm() if todo else None  # opened before any output
     writer = Partial(out, header, resume=resume) if out and header is not None else None
     if len(todo) < len(records):
         print(f"resuming: {len(records) - len(todo)} of {len(records)} records already scored"
               f" in {out}.partial", file=sys.stderr)
-    from prmkit.models.sharing.prefix import ShareStats, has_groups, sharing_blocker
+    from prmkit.models.sharing.policy import sharing_of
+    from prmkit.models.sharing.prefix import ShareStats, has_groups
 
     share = share_prefix and not per_prefix and has_groups(todo)
     tally = Tally(ShareStats() if share and todo else None)
@@ -180,7 +182,7 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
         stream = _scored_on_ray(prm, todo, per_prefix, chunk, share, ray, tally)
     else:
         if share and prm is not None:
-            tally.sharing = ShareStats(off=sharing_blocker(prm) or "")
+            tally.sharing = ShareStats(off=sharing_of(prm).share or "")
         shared = tally.sharing if tally.sharing is not None and not tally.sharing.off else None
         stream = _scored(prm, todo, per_prefix, chunk, shared)
     start = time.time()
@@ -230,14 +232,15 @@ class Tally:
         return max(self.times) - min(self.times) if self.times else 0.0
 
 
-def score_batch(records: list[Record], prm: Any, per_prefix: bool = False,
+def score_batch(records: list[Record], prm: PRM, per_prefix: bool = False,
                 share: bool = False) -> Any:
     """A Ray worker's work (:mod:`prmkit.distributed`): the records of one batch with their
     ``step_scores`` as they finish, scored as one chunk (the batch is one of :func:`batches`),
     then a note for :class:`Tally`."""
-    from prmkit.models.sharing.prefix import ShareStats, has_groups, sharing_blocker
+    from prmkit.models.sharing.policy import sharing_of
+    from prmkit.models.sharing.prefix import ShareStats, has_groups
 
-    sharing = ShareStats(off=sharing_blocker(prm) or "") if share and has_groups(records) else None
+    sharing = ShareStats(off=sharing_of(prm).share or "") if share and has_groups(records) else None
     before, start = prm.stats.truncated_solutions, time.time()
     for rec, scores in _scored(prm, records, per_prefix, len(records),
                                sharing if sharing is not None and not sharing.off else None):
@@ -260,7 +263,7 @@ def _scored_on_ray(make_prm: Any, todo: list[Record], per_prefix: bool, chunk: i
         yield given[rec.id], rec.step_scores
 
 
-def _scored(prm: Any, todo: list[Record], per_prefix: bool, chunk: int | None,
+def _scored(prm: PRM, todo: list[Record], per_prefix: bool, chunk: int | None,
             sharing: Any) -> Any:
     """(record, scores) as they finish; on shared prefixes when ``sharing`` (its stats)."""
     if not todo:
@@ -272,7 +275,7 @@ def _scored(prm: Any, todo: list[Record], per_prefix: bool, chunk: int | None,
             yield from zip(part, score_shared(prm, [r.problem for r in part], [r.steps for r in part],
                                               [r.group for r in part], sharing))
         return
-    if chunk is None and not per_prefix and hasattr(prm, "score_iter"):
+    if chunk is None and not per_prefix and isinstance(prm, StreamingPRM):
         # batches come back as they finish (longest first); each is written at once
         for i, scores in prm.score_iter([r.problem for r in todo], [r.steps for r in todo]):
             yield todo[i], scores

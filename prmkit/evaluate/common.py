@@ -150,7 +150,6 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
 
     from prmkit.distributed import ray_config
     from prmkit.models.reading import HFConfig
-    from prmkit.models.sharing.prefix import has_groups
     from prmkit.resume import Header, args_identity, read_checked
     from prmkit.models.spec import resolve_model
     from prmkit.scoring import model_identity, open_scorer, score_records
@@ -170,16 +169,16 @@ def score_with_model(records: list[Record], args: argparse.Namespace, desc: str,
     prm = functools.partial(open_scorer, spec, config, generation)
     if ray is None:
         prm = prm()    # here, before any output (Ray workers open it themselves)
-    share_prefix = share_prefix and has_groups(records)
     result = score_records(records, prm, args.save_scores, resume=not args.no_resume, chunk=None,
                            desc=desc, share_prefix=share_prefix, ray=ray, header=header)
     described = result.described or {"format": args.format, "dtype": None}
     info = {"name": args.model, **described, "device": args.device,
             "truncated_solutions": result.truncated}
-    stats = getattr(result.prm, "stats", None)
-    if hasattr(stats, "summary"):   # a generative PRM: its parse rate, tokens and time
-        print(stats.summary(), file=sys.stderr)
-        info["generative"] = {**gen_settings, **vars(stats)}
+    from prmkit.verify.prm import GenerativePRM
+
+    if isinstance(result.prm, GenerativePRM):   # its parse rate, tokens and time
+        print(result.prm.stats.summary(), file=sys.stderr)
+        info["generative"] = {**gen_settings, **vars(result.prm.stats)}
     if result.sharing is not None:
         print(result.sharing.summary(), file=sys.stderr)
         info["prefix_sharing"] = {k: getattr(result.sharing, k) for k in

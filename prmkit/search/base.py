@@ -34,6 +34,7 @@ from prmkit.generate.run import Problem
 from prmkit.generate.stepwise import Step, next_steps
 from prmkit.models.sharing.incremental import Prefix, PrefixScorer, prefix_scorer, release
 from prmkit.records import Record
+from prmkit.models.base import PRM
 
 SELECT_METHODS = ("prm-last", "prm-min", "prm-prod", "prm-mean", "prm-geomean", "majority",
                   "weighted-majority")
@@ -218,7 +219,7 @@ def roots(scorer: PrefixScorer, account: ComputeAccount, problems: Sequence[Prob
     return out
 
 
-def make_scorer(prm: Any, config: SearchConfig) -> PrefixScorer:
+def make_scorer(prm: PRM, config: SearchConfig) -> PrefixScorer:
     return prefix_scorer(prm, kv_reuse=config.kv_reuse)
 
 

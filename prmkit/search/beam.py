@@ -38,6 +38,7 @@ from prmkit.generate.run import Problem
 from prmkit.models.sharing.incremental import PrefixScorer
 from prmkit.search.base import (ComputeAccount, Node, SearchConfig, SearchResult, check_width,
                                 expand, finish, grow, make_scorer, roots, value)
+from prmkit.models.base import PRM
 
 
 @dataclass
@@ -52,7 +53,7 @@ class BeamConfig(SearchConfig):
             raise PrmkitError(f"lookahead must be a non-negative integer, got {self.lookahead!r}")
 
 
-def beam_search(problems: Sequence[Problem], generator: Generator, prompter: Prompter, prm: Any,
+def beam_search(problems: Sequence[Problem], generator: Generator, prompter: Prompter, prm: PRM,
                 config: BeamConfig | None = None) -> SearchResult:
     """Beam search on every problem, in lockstep (see the module docstring)."""
     config = config or BeamConfig()

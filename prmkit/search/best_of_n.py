@@ -20,15 +20,17 @@ from prmkit.generate.prompts import Prompter
 from prmkit.generate.run import Problem
 from prmkit.generate.stepwise import solve
 from prmkit.models.sharing.incremental import Prefix
-from prmkit.models.sharing.prefix import can_share, score_by_problem
+from prmkit.models.sharing.policy import sharing_of
+from prmkit.models.sharing.prefix import score_by_problem
 from prmkit.models.sharing.stats import ShareStats
 from prmkit.search.base import ComputeAccount, Node, SearchConfig, SearchResult, finish, make_scorer
 from prmkit.steps import split_steps
+from prmkit.models.base import PRM
 
 BestOfNConfig = SearchConfig
 
 
-def best_of_n(problems: Sequence[Problem], generator: Generator, prompter: Prompter, prm: Any,
+def best_of_n(problems: Sequence[Problem], generator: Generator, prompter: Prompter, prm: PRM,
               config: SearchConfig | None = None) -> SearchResult:
     """``config.n`` whole solutions per problem, scored, one chosen (see the module docstring)."""
     config = config or SearchConfig()
@@ -44,7 +46,7 @@ def best_of_n(problems: Sequence[Problem], generator: Generator, prompter: Promp
     nonempty = [j for j, s in enumerate(steps) if s]
     paths: list[Prefix] = [Prefix(problems[i].problem) for i, _ in rows]
     todo = ([problems[rows[j][0]].problem for j in nonempty], [steps[j] for j in nonempty])
-    shared = config.kv_reuse and can_share(prm)
+    shared = config.kv_reuse and sharing_of(prm).can_share
     scored = _score_shared(prm, *todo) if shared else scorer.score_full(*todo)
     for j, path in zip(nonempty, scored):
         paths[j] = path
@@ -57,7 +59,7 @@ def best_of_n(problems: Sequence[Problem], generator: Generator, prompter: Promp
     return finish(problems, candidates, config, "best-of-n", account, started, extra)
 
 
-def _score_shared(prm: Any, problems: Sequence[str],
+def _score_shared(prm: PRM, problems: Sequence[str],
                   steps: Sequence[Sequence[str]]) -> list[Prefix]:
     """Whole solutions scored on their problems' shared prefixes, all problems in one call (so
     the passes hold many problems' trees). What the trees fed is shared out over the solutions

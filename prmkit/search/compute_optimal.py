@@ -24,6 +24,7 @@ from typing import Any, Sequence
 from prmkit.aggregate import aggregate
 from prmkit.errors import PrmkitError
 from prmkit.records import Record
+from prmkit.models.base import PRM
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def outcomes_of(records: Sequence[Record]) -> dict[str, Outcome]:
     return out
 
 
-def estimate_difficulty(problems: Sequence[Any], generator: Any, prompter: Any, prm: Any,
+def estimate_difficulty(problems: Sequence[Any], generator: Any, prompter: Any, prm: PRM,
                         probe_n: int = 4, by: str = "prm", config: Any = None
                         ) -> tuple[dict[str, float], dict[str, int]]:
     """Difficulty per problem from ``probe_n`` sampled solutions scored by ``prm``, and the

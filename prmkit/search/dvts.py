@@ -28,11 +28,12 @@ from prmkit.generate.prompts import Prompter
 from prmkit.generate.run import Problem
 from prmkit.search.base import (ComputeAccount, Node, SearchConfig, SearchResult, check_width,
                                 expand, finish, grow, make_scorer, roots, value)
+from prmkit.models.base import PRM
 
 DVTSConfig = SearchConfig
 
 
-def dvts(problems: Sequence[Problem], generator: Generator, prompter: Prompter, prm: Any,
+def dvts(problems: Sequence[Problem], generator: Generator, prompter: Prompter, prm: PRM,
          config: SearchConfig | None = None) -> SearchResult:
     """DVTS on every problem, in lockstep (see the module docstring)."""
     config = config or SearchConfig()

@@ -40,6 +40,7 @@ from prmkit.generate.run import Problem
 from prmkit.generate.stepwise import Step
 from prmkit.search.base import (ComputeAccount, Node, SearchConfig, SearchResult, expand, finish,
                                 grow, make_scorer, roots, value)
+from prmkit.models.base import PRM
 
 
 @dataclass
@@ -102,7 +103,7 @@ def backup(t: TreeNode | None, visits: int, total: float) -> None:
         t = t.parent
 
 
-def mcts(problems: Sequence[Problem], generator: Generator, prompter: Prompter, prm: Any,
+def mcts(problems: Sequence[Problem], generator: Generator, prompter: Prompter, prm: PRM,
          config: MCTSConfig | None = None) -> SearchResult:
     """MCTS on every problem, in lockstep: one iteration of every unfinished problem's search
     per generator call (see the module docstring)."""

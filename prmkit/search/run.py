@@ -31,6 +31,7 @@ from prmkit.search.beam import BeamConfig, beam_search
 from prmkit.search.best_of_n import best_of_n
 from prmkit.search.dvts import dvts
 from prmkit.search.mcts import MCTSConfig, mcts
+from prmkit.models.base import PRM
 
 # method name -> (the search function, its config class)
 METHODS: dict[str, tuple[Callable[..., Any], type]] = {
@@ -59,7 +60,7 @@ class Summary:
 
 
 def run_search(method: str, problems: Sequence[Problem], generator: Generator, prompter: Prompter,
-               prm: Any, output: str, config: SearchConfig | None = None, chunk: int = 1,
+               prm: PRM, output: str, config: SearchConfig | None = None, chunk: int = 1,
                resume: bool = True, policy: str = "", prm_name: str = "",
                progress: bool = True, on_chunk: Callable[[int], None] | None = None,
                header: Header | None = None) -> Summary:

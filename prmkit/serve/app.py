@@ -43,7 +43,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from prmkit.aggregate import AGGREGATES
 from prmkit.errors import PrmkitError
 from prmkit.models.base import PRM
-from prmkit.models.sharing.prefix import ShareStats, can_share, score_by_problem
+from prmkit.models.sharing.policy import sharing_of
+from prmkit.models.sharing.prefix import ShareStats, score_by_problem
 from prmkit.scoring import describe
 from prmkit.serve.batcher import Batcher, Closed, Overloaded
 from prmkit.serve.config import ServeConfig
@@ -117,7 +118,7 @@ class Scorer:
         self.bound = getattr(prm, "bound", None)       # the step format, to count tokens
         limits = [x for x in (config.max_tokens, getattr(prm, "max_length", None)) if x]
         self.max_tokens = min(limits) if limits else None
-        self.sharing = ShareStats() if config.share_prefix and can_share(prm) else None
+        self.sharing = ShareStats() if config.share_prefix and sharing_of(prm).can_share else None
         self.batcher = Batcher(prm.score if self.sharing is None else (
             lambda p, s: score_by_problem(prm, p, s, self.sharing)), config.batching, self.sharing is not None)
 

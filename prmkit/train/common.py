@@ -18,6 +18,7 @@ from prmkit.stepformat import StepFormat, get_format
 from prmkit.models import folder as modeldir
 from prmkit.models.folder import resolve_model_path
 from prmkit.train.loop import Example, LoopConfig, trainable_names
+from prmkit.models.base import PRM
 
 HEADS = ("class", "label-tokens", "hazard", "surprisal")
 
@@ -191,7 +192,7 @@ def _card_lines(cfg: Any, fmt: StepFormat, kind: str, metrics: dict[str, Any], n
         *metric_lines]
 
 
-def score_with_progress(prm: Any, records: Sequence[Any], desc: str = "validate",
+def score_with_progress(prm: PRM, records: Sequence[Any], desc: str = "validate",
                         ) -> list[list[float | None]]:
     """``prm``'s step scores of ``records`` (an in-memory HF scorer), with a progress bar: a
     validation pass over a dev set takes a while on a CPU."""

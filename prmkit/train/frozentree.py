@@ -29,7 +29,8 @@ def tree_hidden(frozen: Any, seqs: Sequence[Any], budget: int, pad: int, device:
     mask."""
     import torch
 
-    from prmkit.models.sharing.treepass import ROW_TOKENS, mask_blocker, split_rows, token_tree, tree_inputs
+    from prmkit.models.sharing.policy import mask_blocker
+    from prmkit.models.sharing.treepass import ROW_TOKENS, split_rows, token_tree, tree_inputs
     from prmkit.progress import progress
 
     if mask_blocker(frozen.model) is not None:

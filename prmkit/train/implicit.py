@@ -32,6 +32,7 @@ from prmkit.models import folder as modeldir
 from prmkit.train import orm
 from prmkit.train.common import TrainConfig, auc, load_base, make_saver, pad_id, read_index
 from prmkit.train.loop import Example, Loop, set_trainable
+from prmkit.models.base import PRM
 
 OBJECTIVES = ("ce", "dpo")
 
@@ -157,7 +158,7 @@ class ImplicitObjective:
         return F.binary_cross_entropy_with_logits(r, labels)
 
 
-def validate_implicit(prm: Any, records: Sequence[Record]) -> dict[str, float]:
+def validate_implicit(prm: PRM, records: Sequence[Record]) -> dict[str, float]:
     """Outcome AUC (the reward against is_correct), and step AUC / first-error F1 of the
     probability form on the records with step labels."""
     from prmkit.train.prm import validate

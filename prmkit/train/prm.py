@@ -30,6 +30,7 @@ from prmkit.train.common import (HEADS, TrainConfig, auc, check_frozen_cache, lo
                                  make_saver, pad_id, read_logits, score_with_progress,
                                  training_format)
 from prmkit.train.loop import HEAD_MODULES, Example, Loop, set_trainable
+from prmkit.models.base import PRM
 
 FITNESS = ("auc", "f1", "f1-tuned")
 __all__ = ["FITNESS", "HEADS", "PRMTrainConfig", "StepObjective", "auc", "cached_dev_scores",
@@ -200,7 +201,7 @@ def first_error_f1(records: Sequence[Record], scores: Sequence[Sequence[float | 
     return split_metrics([g for g, _ in pairs], [p for _, p in pairs]).f1 if pairs else None
 
 
-def validate(prm: Any, records: Sequence[Record]) -> dict[str, float]:
+def validate(prm: PRM, records: Sequence[Record]) -> dict[str, float]:
     """Step AUC and first-error F1 of a scorer on labelled dev records."""
     return step_metrics(records, score_with_progress(prm, records))
 

@@ -37,6 +37,8 @@ class Sample:
 
 
 class VerifierBackend(Protocol):
+    stats: "GenStats"   # the PRM's own, set by it: the backend counts the prompt tokens it reads
+
     def sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
                temperature: float, seed: int | None) -> list[Sample]:
         """``n`` verifications of one prompt (stop strings kept in the text)."""
@@ -142,8 +144,7 @@ class GenerativePRM:
         self.eos = eos
         self.config = (config or GenConfig()).resolved()   # unset settings: the defaults
         self.stats = GenStats()
-        if hasattr(backend, "stats"):
-            backend.stats = self.stats   # the backend counts the prompt tokens it reads
+        backend.stats = self.stats   # the backend counts the prompt tokens it reads
         self.words = tuple(template.verdicts.split(","))
         self.format = template   # what scoring.describe() names
         self.written: dict[tuple[str, tuple[str, ...]], list[str]] = {}   # see verifications_of

@@ -29,7 +29,9 @@ def companion_blocker(prm: Any, other: Any) -> str | None:
     class head (no hazard, no label tokens), on a body whose weights are ``prm``'s own."""
     import torch
 
-    if not all(hasattr(m, "model") and hasattr(m, "format") for m in (prm, other)):
+    from prmkit.models.backends.hf import HFPRM
+
+    if not all(isinstance(m, HFPRM) for m in (prm, other)):
         return "both must be Hugging Face PRMs"
     if other.format.reading != "classes" or other.format.hazard:
         return "the companion must read a class head at each step"

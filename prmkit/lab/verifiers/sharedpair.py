@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Hashable, Sequence
 
 from prmkit.lab.verifiers.companion import companion_blocker, companion_probs
-from prmkit.models.sharing.prefix import ShareStats, SharedPrefixScorer, can_share, score_shared
-from prmkit.models.sharing.treepass import pack_blocker
+from prmkit.models.sharing.policy import sharing_of
+from prmkit.models.sharing.prefix import ShareStats, SharedPrefixScorer, score_shared
 from prmkit.stepformat import Encoded
 
 
@@ -18,7 +18,8 @@ def score_shared_pair(prm: Any, other: Any, problems: Sequence[str],
     pass (:mod:`prmkit.lab.verifiers.companion`). Where that cannot hold for some solution, or the model
     reads no tree in one pass, each is scored on its own."""
     stats = stats if stats is not None else ShareStats()
-    if can_share(prm) and pack_blocker(prm) is None and companion_blocker(prm, other) is None \
+    sharing = sharing_of(prm)
+    if sharing.can_share and sharing.pack is None and companion_blocker(prm, other) is None \
             and all(_same_reads(prm.encode(p, s), other.encode(p, s))
                     for p, s in zip(problems, steps)):
         scorer = SharedPrefixScorer(prm, stats, also=other,

@@ -12,7 +12,10 @@ state; the pass returns both at every new token, to be carried on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from prmkit.models.backends.hf import HFPRM
 
 
 @dataclass
@@ -29,7 +32,7 @@ class CachedPass:
     hidden: Any = None   # a surprisal head: the new tokens' final hidden states
 
 
-def cached_forward(prm: Any, seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]],
+def cached_forward(prm: "HFPRM", seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]],
                    pasts: Sequence[Sequence[tuple[Any, Any]]],
                    carry: Sequence[tuple[float, Any]] | None = None) -> CachedPass:
     """One forward pass of right-padded ``seqs`` through ``prm`` (an HFPRM), row ``b`` after

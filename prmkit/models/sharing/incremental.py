@@ -26,11 +26,16 @@ docs/scoring.md, "Design notes".
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
 from prmkit.errors import PrmkitError
-from prmkit.models.architectures import local_span, model_type, tree_blocker
+from prmkit.models.base import PRM, Encodes
+# re-exported: where a PRM can share is decided in prmkit.models.sharing.policy
+from prmkit.models.sharing.policy import reuse_blocker, share_blocker, sharing_of  # noqa: F401
 from prmkit.models.sharing.cachedpass import CachedPass, cached_forward
+
+if TYPE_CHECKING:
+    from prmkit.models.backends.hf import HFPRM
 
 
 @dataclass(eq=False)
@@ -54,6 +59,7 @@ class Prefix:
     hidden: Any = field(default=None, repr=False)   # a surprisal head: its final hidden states
 
 
+@runtime_checkable
 class PrefixScorer(Protocol):
     """What search needs from a PRM (see the module docstring)."""
 
@@ -72,14 +78,12 @@ class PrefixScorer(Protocol):
         ...
 
 
-def prefix_scorer(prm: Any, kv_reuse: bool = True) -> PrefixScorer:
+def prefix_scorer(prm: PRM, kv_reuse: bool = True) -> PrefixScorer:
     """The incremental scorer for an HF PRM that can reuse caches (when ``kv_reuse``), else
     the rescoring scorer. A scorer passed in is returned as it is."""
-    if hasattr(prm, "extend") and hasattr(prm, "roots"):
+    if isinstance(prm, PrefixScorer):
         return prm
-    from prmkit.models.backends.hf import HFPRM
-
-    if kv_reuse and isinstance(prm, HFPRM) and reuse_blocker(prm, carries_hazard=True) is None:
+    if kv_reuse and sharing_of(prm).reuse is None:
         return IncrementalPRM(prm)
     return RescoringScorer(prm)
 
@@ -93,9 +97,9 @@ class RescoringScorer:
     adds the last step's. ``tokens`` and every ``cost`` are None unless the PRM exposes its
     step format (``bound`` and ``max_length``)."""
 
-    def __init__(self, prm: Any):
+    def __init__(self, prm: PRM):
         self.prm = prm
-        self.counts = hasattr(prm, "bound") and hasattr(prm, "max_length")
+        self.counts = isinstance(prm, Encodes)
         self.tokens: int | None = 0 if self.counts else None
 
     def roots(self, problems: Sequence[str]) -> list[Prefix]:
@@ -130,36 +134,12 @@ class RescoringScorer:
 # an HF PRM: reuse the key-value cache of the prefix
 
 
-def reuse_blocker(prm: Any, carries_hazard: bool = False) -> str | None:
-    """Why ``prm`` (an HFPRM) cannot reuse caches, or None: an architecture off
-    :data:`prmkit.models.architectures.TREE_EXACT`, local attention, or a reading that is not
-    one position per step. A hazard head can when the caller carries each prefix's log S
-    (``carries_hazard``)."""
-    why = share_blocker(prm, carries_hazard)
-    if why is None and local_span(prm.model.config) is not None:
-        why = f"{model_type(prm.model)} attends over a window of {local_span(prm.model.config)} tokens"
-    return why
-
-
-def share_blocker(prm: Any, carries_hazard: bool = False) -> str | None:
-    """:func:`reuse_blocker` but for local attention, which prefix sharing checks per group
-    against the lengths it reads (:mod:`prmkit.models.sharing.prefix`)."""
-    why = tree_blocker(prm.model)
-    if why is not None:
-        return why
-    if prm.format.hazard and not carries_hazard:
-        return "a hazard head sums over every token of the solution, not one position per step"
-    if prm.format.reading not in ("label-tokens", "classes", "value"):
-        return f"reading {prm.format.reading!r} is not read at one position per step"
-    return None
-
-
 class IncrementalPRM:
     """An :class:`~prmkit.models.backends.hf.HFPRM` that scores a grown solution's new step only, on top
     of its prefix's key-value cache (see the module docstring)."""
 
-    def __init__(self, prm: Any):
-        why = reuse_blocker(prm, carries_hazard=True)
+    def __init__(self, prm: "HFPRM"):
+        why = sharing_of(prm).reuse
         if why is not None:
             raise PrmkitError(f"this PRM cannot reuse its key-value cache: {why}; use the "
                               f"rescoring scorer")

@@ -20,34 +20,36 @@ feeds, in real tokens. A pass holds rows x tokens within a quarter of the token 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.models.sharing.cachedpass import cached_forward
-from prmkit.models.architectures import local_span, model_type
-from prmkit.models.sharing.incremental import common_prefix_length, head_ids, share_blocker
+from prmkit.models.architectures import model_type
+from prmkit.models.base import PRM, Counted
+from prmkit.models.reading import ScoreStats
+from prmkit.models.sharing.incremental import common_prefix_length, head_ids
+from prmkit.models.sharing.policy import sharing_of
 from prmkit.models.sharing.stats import ShareStats
 from prmkit.models.sharing.tokentrees import groups_of, read_token_trees, token_rows
-from prmkit.models.sharing.treepass import ROW_TOKENS, pack_blocker
+from prmkit.models.sharing.treepass import ROW_TOKENS
 from prmkit.stepformat import Encoded
+
+if TYPE_CHECKING:
+    from prmkit.models.backends.hf import HFPRM
 
 __all__ = ["SharedPrefixScorer", "ShareStats", "can_share", "group_prefix", "has_groups",
            "score_by_problem", "score_shared"]
 
 
-def can_share(prm: Any) -> bool:
+def can_share(prm: PRM) -> bool:
     """True when ``prm`` is an HF PRM whose architecture prefix sharing reads exactly."""
-    return sharing_blocker(prm) is None
+    return sharing_of(prm).can_share
 
 
-def sharing_blocker(prm: Any) -> str | None:
+def sharing_blocker(prm: PRM) -> str | None:
     """Why prefix sharing does not apply to ``prm``, or None (a model with local attention
     shares the groups that fit its span: :meth:`SharedPrefixScorer.score`)."""
-    from prmkit.models.backends.hf import HFPRM
-
-    if not isinstance(prm, HFPRM):
-        return f"{type(prm).__name__} is not a transformers model read in this process"
-    return share_blocker(prm, carries_hazard=True)
+    return sharing_of(prm).share
 
 
 def has_groups(records: Sequence[Any]) -> bool:
@@ -57,7 +59,7 @@ def has_groups(records: Sequence[Any]) -> bool:
     return len(set(keys)) < len(keys)
 
 
-def score_shared(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str]],
+def score_shared(prm: PRM, problems: Sequence[str], steps: Sequence[Sequence[str]],
                  groups: Sequence[Hashable | None], stats: ShareStats | None = None,
                  ) -> list[list[float | None]]:
     """One score list per solution, as ``prm.score(problems, steps)`` gives, with the solutions
@@ -75,7 +77,7 @@ def score_shared(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str
     return SharedPrefixScorer(prm, stats).score(problems, steps, groups)
 
 
-def score_by_problem(prm: Any, problems: Sequence[str], steps: Sequence[Sequence[str]],
+def score_by_problem(prm: PRM, problems: Sequence[str], steps: Sequence[Sequence[str]],
                      stats: ShareStats | None = None) -> list[list[float | None]]:
     """:func:`score_shared` with the solutions of one problem as one group: what the server
     does with a micro-batch (its requests name no group; completions of one prompt, sent close
@@ -118,17 +120,17 @@ class _Tree:
 class SharedPrefixScorer:
     """Scores groups of solutions on their shared prefixes (see the module docstring)."""
 
-    def __init__(self, prm: Any, stats: ShareStats | None = None, also: Any = None,
+    def __init__(self, prm: "HFPRM", stats: ShareStats | None = None, also: Any = None,
                  also_head: Callable[[Any], list[float]] | None = None):
-        why = share_blocker(prm, carries_hazard=True)
-        if why is not None:
-            raise PrmkitError(f"prefix sharing does not apply to this PRM: {why}")
+        sharing = sharing_of(prm)
+        if sharing.share is not None:
+            raise PrmkitError(f"prefix sharing does not apply to this PRM: {sharing.share}")
         self.hazard = bool(prm.format.hazard)
         self.prm = prm
         self.stats = stats if stats is not None else ShareStats()
         self.budget = max(1024, prm.config.token_budget // 4)
-        self.packed = pack_blocker(prm) is None   # a tree in one pass, else a depth at a time
-        self.span = local_span(prm.model.config)  # a window or chunk a group must fit in
+        self.packed = sharing.pack is None   # a tree in one pass, else a depth at a time
+        self.span = sharing.span             # a window or chunk a group must fit in
         self.row_tokens = ROW_TOKENS
         # a second PRM on the same body: its head (``also_head``) read on the same passes'
         # hidden states, the PRM itself for the solutions read alone; the caller checks that
@@ -403,13 +405,13 @@ def group_prefix(bound: Any, problem: str, steps: Sequence[Sequence[str]],
     return list(ids[0][:n])
 
 
-def _plain(prm: Any, todo: Sequence[int], problems: Sequence[str], steps: Sequence[Sequence[str]],
+def _plain(prm: PRM, todo: Sequence[int], problems: Sequence[str], steps: Sequence[Sequence[str]],
            stats: ShareStats, out: list[Any], count_plain: bool) -> list[Any]:
     """Score ``todo`` plainly (one pass each) into ``out``; count what was fed (and, when
     ``count_plain``, add it to what one-pass scoring feeds: nobody counted it before)."""
     if not todo:
         return out
-    counted = hasattr(prm, "stats") and hasattr(prm.stats, "real_tokens")
+    counted = isinstance(prm, Counted) and isinstance(prm.stats, ScoreStats)
     before = (prm.stats.real_tokens, prm.stats.computed_tokens, prm.stats.forwards) if counted else None
     scores = prm.score([problems[i] for i in todo], [steps[i] for i in todo])
     for i, row in zip(todo, scores):

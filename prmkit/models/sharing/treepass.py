@@ -21,16 +21,19 @@ tree a depth at a time on caches. Why one pass: docs/scoring.md, "Design notes".
 
 from __future__ import annotations
 
-import inspect
 from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from prmkit.errors import PrmkitError
+# re-exported: where a PRM can share is decided in prmkit.models.sharing.policy
+from prmkit.models.sharing.policy import MASKED_ATTENTION, mask_blocker, pack_blocker  # noqa: F401
+
+if TYPE_CHECKING:
+    from prmkit.models.backends.hf import HFPRM
 
 ROW_TOKENS = 512        # the longest row, unless one solution is longer
-MASKED_ATTENTION = ("sdpa", "eager")
 
 
 @dataclass(eq=False)
@@ -52,21 +55,6 @@ class TreePass:
     real: int                        # tokens fed, padding excluded
     computed: int                    # rows x width
     also: list[list[list[float]]] | None = None   # a companion head's, the same way
-
-
-def pack_blocker(prm: Any) -> str | None:
-    """Why ``prm`` (an HFPRM that can reuse caches) cannot read a tree in one pass, or None."""
-    return mask_blocker(prm.model)
-
-
-def mask_blocker(model: Any) -> str | None:
-    """Why ``model`` (a transformers model) cannot read a tree in one pass, or None."""
-    impl = getattr(model.config, "_attn_implementation", None) or "eager"
-    if impl not in MASKED_ATTENTION:
-        return f"attention {impl!r} takes no custom mask"
-    if "position_ids" not in inspect.signature(model.forward).parameters:
-        return "the model's forward takes no position ids"
-    return None
 
 
 def token_tree(seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]],
@@ -224,7 +212,7 @@ def tree_inputs(rows: Sequence[Sequence[Segment]], pad_id: int) -> tuple[Any, An
     return ids, positions, mask.unsqueeze(1), offsets
 
 
-def tree_forward(prm: Any, rows: Sequence[Sequence[Segment]],
+def tree_forward(prm: "HFPRM", rows: Sequence[Sequence[Segment]],
                  also: Callable[[Any], list[float]] | None = None) -> TreePass:
     """One forward pass of ``prm`` (an HFPRM, :func:`pack_blocker` None) over ``rows``, each the
     segments of a tree laid end to end under the tree's attention mask (module docstring).
@@ -284,7 +272,7 @@ def path_before(row: Sequence[Segment]) -> list[int | None]:
     return out
 
 
-def tree_survival(prm: Any, rows: Sequence[Sequence[Segment]], ids: Any, mask: Any,
+def tree_survival(prm: "HFPRM", rows: Sequence[Sequence[Segment]], ids: Any, mask: Any,
                   positions: Any) -> Any:
     """A hazard head over packed trees: every token's log S along its own path (rows x
     width). Each token's keep logit comes from its own state and, for a surprisal head, the LM
