@@ -38,6 +38,9 @@ EXPERIMENTS = [
      "reward hacking)"),
     ("compute-optimal", "computeoptimal.run", "ComputeOptimalConfig",
      "compute-optimal search by difficulty against best-of-N (Snell et al. 2024)"),
+    ("verifier-labels", "verifierlabels.run", "VerifierLabelsConfig",
+     "a generative verifier on k problems' labels against PRMs on k and more (ThinkPRM, "
+     "Khalifa et al. 2025)"),
 ]
 
 
