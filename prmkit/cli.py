@@ -17,7 +17,8 @@ from typing import Any, Callable
 from prmkit import __version__
 from prmkit.cliutil import (AGGREGATE_CHOICES, EPILOG_RECORDS, Formatter, add_config_options,
                             add_model_options, add_model_run_options, add_parser,
-                            add_scale_options, check_inputs_not_empty, check_output_is_not_input, config_from_args)
+                            add_scale_options, check_inputs_not_empty, check_output_is_not_input,
+                            config_from_args)
 from prmkit.errors import PrmkitError
 from prmkit.resume import Header, add_outside, args_identity, resumable
 from prmkit.generate.cli import add_generate
@@ -91,7 +92,8 @@ def _add_score(sub: Any) -> None:
     presets = "\n".join(f"  {k}: {v.description}" for k, v in PRESETS.items())
     defaults = "\n".join(f"  {k}: {v.description}" for k, v in DEFAULT_MODELS.items())
     remote = {k: "; needs --trust-remote-code" if k in REMOTE_CODE else "" for k in PUBLIC_PRMS}
-    public = "\n".join(f"  {k}: {fmt} ({what}{remote[k]})" for k, (fmt, what) in PUBLIC_PRMS.items())
+    public = "\n".join(f"  {k}: {fmt} ({what}{remote[k]})"
+                       for k, (fmt, what) in PUBLIC_PRMS.items())
     p = _parser(sub, "score", "add step_scores to each record with a PRM",
                 "Score every step of every record with a process reward model and write the "
                 "records with `step_scores` added (one score per step, in [0, 1]; null for a "

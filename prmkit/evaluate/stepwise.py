@@ -61,6 +61,13 @@ def pairs(records: Sequence[Record]) -> tuple[np.ndarray, np.ndarray]:
     return np.array(scores, dtype=float), np.array(labels, dtype=float)
 
 
+def step_auc(records: Sequence[Record]) -> float | None:
+    """The step AUC of ``records``' step scores against their labels (a label of at least 0.5
+    is a right step), over every step that has both; None if either kind is missing."""
+    scores, labels = pairs(records)
+    return auc(scores, labels >= 0.5)
+
+
 def auc(scores: Sequence[float], positive: Sequence[bool]) -> float | None:
     """Rank-based ROC AUC with ties as one half; None if either class is empty."""
     s = np.asarray(scores, dtype=float)

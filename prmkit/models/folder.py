@@ -17,8 +17,9 @@ import sys
 from typing import Any
 
 from prmkit.errors import PrmkitError
-from prmkit.models.weights import (ARCHITECTURES, BASE_FILE, DELTA_FILE, architecture_of,  # noqa: F401
-                                   is_delta, load_model, read_base, save_delta)
+# the weights' names, re-exported where callers have found them (prmkit.models.weights loads)
+from prmkit.models.weights import (ARCHITECTURES, BASE_FILE, DELTA_FILE,  # noqa: F401
+                                   architecture_of, is_delta, load_model, read_base, save_delta)
 from prmkit.stepformat import FORMAT_FILE, PRESETS, StepFormat, get_format
 
 TRAIN_FILE = "prmkit_train.json"

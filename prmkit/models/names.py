@@ -22,16 +22,16 @@ class PublicPRM(NamedTuple):
 PUBLIC_PRMS: dict[str, PublicPRM] = {
     "Qwen/Qwen2.5-Math-PRM-7B": PublicPRM("qwen-prm", "Qwen2, 2-class head at <extra_0>"),
     "Qwen/Qwen2.5-Math-PRM-72B": PublicPRM("qwen-prm", "Qwen2, 2-class head at <extra_0>"),
-    "peiyi9979/math-shepherd-mistral-7b-prm": PublicPRM("math-shepherd", "Mistral-7B, P(+) against "
-                                                                 "P(-) at the ки tag"),
-    "RLHFlow/Llama3.1-8B-PRM-Mistral-Data": PublicPRM("rlhflow", "Llama 3.1 8B, P(+) against P(-) "
-                                                         "before each + turn"),
-    "RLHFlow/Llama3.1-8B-PRM-Deepseek-Data": PublicPRM("rlhflow", "Llama 3.1 8B, P(+) against P(-) "
-                                                          "before each + turn"),
-    "Skywork/Skywork-o1-Open-PRM-Qwen-2.5-1.5B": PublicPRM("skywork-prm", "Qwen2.5 1.5B, a value head "
-                                                                   "(sigmoid) at each step's newline"),
-    "Skywork/Skywork-o1-Open-PRM-Qwen-2.5-7B": PublicPRM("skywork-prm", "Qwen2.5 7B, a value head "
-                                                                 "(sigmoid) at each step's newline"),
+    "peiyi9979/math-shepherd-mistral-7b-prm": PublicPRM(
+        "math-shepherd", "Mistral-7B, P(+) against P(-) at the ки tag"),
+    "RLHFlow/Llama3.1-8B-PRM-Mistral-Data": PublicPRM(
+        "rlhflow", "Llama 3.1 8B, P(+) against P(-) before each + turn"),
+    "RLHFlow/Llama3.1-8B-PRM-Deepseek-Data": PublicPRM(
+        "rlhflow", "Llama 3.1 8B, P(+) against P(-) before each + turn"),
+    "Skywork/Skywork-o1-Open-PRM-Qwen-2.5-1.5B": PublicPRM(
+        "skywork-prm", "Qwen2.5 1.5B, a value head (sigmoid) at each step's newline"),
+    "Skywork/Skywork-o1-Open-PRM-Qwen-2.5-7B": PublicPRM(
+        "skywork-prm", "Qwen2.5 7B, a value head (sigmoid) at each step's newline"),
 }
 # the public PRMs whose recipes run the model's own code (transformers' trust_remote_code)
 REMOTE_CODE = frozenset({"Qwen/Qwen2.5-Math-PRM-7B", "Qwen/Qwen2.5-Math-PRM-72B"})

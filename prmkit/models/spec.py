@@ -40,10 +40,10 @@ VERIFIER_FILE = "prmkit_verifier.json"
 @dataclass(frozen=True)
 class ModelSpec:
     """A model as resolved once: ``given`` as typed, ``path`` its folder (a hub id or a URL as
-    given), ``kind`` (prm, orm, implicit-prm or verifier; a server is a prm), ``backend``, the step format
-    ``step_format`` (checked against the head; None where the opener reads its own: a server, a
-    generative verifier, an implicit PRM), the format as given and the model's own, and the
-    saved threshold."""
+    given), ``kind`` (prm, orm, implicit-prm or verifier; a server is a prm), ``backend``, the
+    step format ``step_format`` (checked against the head; None where the opener reads its
+    own: a server, a generative verifier, an implicit PRM), the format as given and the model's
+    own, and the saved threshold."""
 
     given: str | None
     path: str

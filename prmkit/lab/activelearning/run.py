@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.world.config import WorldConfig
+from prmkit.lab.activelearning import report as activereport
 from prmkit.lab.activelearning import stats as activestats
 from prmkit.lab.activelearning.stats import ARMS
 from prmkit.lab.stages import Printer, prepare, stage, stage_json
@@ -123,7 +124,7 @@ def run(config: ActiveLearningConfig) -> int:
         say.stage(2 + s, f"seed {seed}: the selector and {len(ARMS) * len(config.budget_list)} "
                          f"PRMs trained and scored")
     doc = activestats.figures(config, results)
-    activestats.finish(config, doc, out, say, time.time() - t0)
+    activereport.finish(config, doc, out, say, time.time() - t0)
     return 0
 
 
@@ -169,7 +170,7 @@ def quality_stage(config: ActiveLearningConfig, picked: list, test: list, name: 
     best-of-N accuracy per test problem and its step AUC."""
     from prmkit.evaluate.paired import per_problem_accuracy
     from prmkit.lab.verifiers.heads import train_and_score
-    from prmkit.lab.demo.summary import step_auc
+    from prmkit.evaluate.stepwise import step_auc
 
     path = os.path.join(config.output, "heads", name)
     scores = train_and_score(picked, test, path, spec_of(config, seed),

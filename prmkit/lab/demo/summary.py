@@ -14,6 +14,7 @@ from prmkit.lab.demo import claims as lab_claims
 from prmkit.lab.demo.search import beam_claims, width_claim_name
 from prmkit.lab.stages import settings_of
 from prmkit.lab.stats import print_rows, verdict, write_summary
+from prmkit.evaluate.stepwise import step_auc
 from prmkit.records import Record
 
 PRM_METHODS = ("prm-prod", "prm-min", "prm-last")
@@ -102,15 +103,6 @@ def finish(res: Results, out: str, say: Any, seconds: float) -> None:
     write_summary(out, doc)
     print(f"report written to {report}")
     sys.stdout.flush()
-
-
-def step_auc(scored: Sequence[Record]) -> float | None:
-    """A PRM's step AUC on the test candidates against their gold labels."""
-    from prmkit.evaluate.stepwise import auc
-
-    pairs = [(s, y >= 0.5) for r in scored for s, y in zip(r.step_scores or [], r.labels or [])
-             if s is not None and y is not None]
-    return auc([s for s, _ in pairs], [y for _, y in pairs])
 
 
 def orm_step_auc(scored: Sequence[Record]) -> float | None:

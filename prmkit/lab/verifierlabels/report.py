@@ -68,7 +68,7 @@ def summary_rows(config: Any, doc: dict[str, Any]) -> list[tuple[str, str]]:
                      stats.verdict(c).split(": ", 1)[1]))   # a figure, not a claim
     for name, c in doc["claims"].items():
         a, b = CLAIMS[name]
-        what = f"AUC({a}) - AUC({b}) above {-c.get('margin', 0):g}"
+        what = f"AUC({a}) - AUC({b}) above {-c['margin'] if c.get('margin') else 0:g}"
         rows.append((f"claim: {name} ({what})", "-" if c["difference"] is None else
                      f"{'YES' if c['holds'] else 'NO'}: {c['difference']:+.3f}, 95% CI "
                      f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] over {c['problems']} problems"))

@@ -73,5 +73,5 @@ def auc_difference(steps: Steps, a: str, b: str, margin: float, draws: int,
         if x is not None and y is not None:
             diffs.append(x - y)
     lo, hi = percentile_interval(diffs, 0.95)
-    return {"difference": round(point_a - point_b, 4), "ci95": [lo, hi], "holds": bool(lo > -margin),
-            "margin": margin, "draws": len(diffs), "problems": len(steps.by_problem)}
+    return {"difference": round(point_a - point_b, 4), "ci95": [lo, hi],
+            "holds": bool(lo > -margin), "margin": margin, "draws": len(diffs), "problems": len(steps.by_problem)}

@@ -45,7 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
-from prmkit.models.names import is_remote  # re-exported: where a URL is told from a model is decided there
+# re-exported: where a URL is told from a model is decided in prmkit.models.names
+from prmkit.models.names import is_remote  # noqa: F401
 
 SCORE_PATH = "/v1/score"
 HEALTH_PATH = "/health"
