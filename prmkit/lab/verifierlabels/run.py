@@ -39,7 +39,6 @@ from prmkit.records import Record
 from prmkit.world.config import WorldConfig
 
 STAGES_VERSION = 1
-ARMS = ("verifier", "prm-same", "prm-more")
 
 
 @dataclass
