@@ -385,3 +385,25 @@ def test_a_companion_on_the_same_body_is_read_in_the_same_pass(head):
     for a, b in zip(theirs, orm.score(problems, steps)):
         assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
     assert apart.computed == 2 * stats.computed
+
+
+def test_extra_heads_are_each_read_in_the_same_pass():
+    """The general hook under the companion: two extra heads on one body, each scored as its
+    own model scores one pass at a time, for the tokens of the scored PRM's pass alone."""
+    from prmkit.lab.verifiers.companion import companion_probs
+    from prmkit.models.sharing.prefix import ExtraHead, SharedPrefixScorer
+
+    prm = HFPRM(sharp("classes"), tiny.tokenizer(), PRESETS["prmkit"], F32)
+    others = [HFPRM(companion_of(prm.model, seed), tiny.tokenizer(), PRESETS["prmkit"], F32)
+              for seed in (1, 2)]
+    heads = [ExtraHead(o, lambda hidden, o=o: companion_probs(o, hidden)) for o in others]
+    problems, steps, groups = split()
+    stats = ShareStats()
+    scorer = SharedPrefixScorer(prm, stats, heads=heads)
+    mine = scorer.score(problems, steps, groups)
+    assert len(scorer.head_scores) == 2
+    for got, model in [(mine, prm)] + list(zip(scorer.head_scores, others)):
+        for a, b in zip(got, model.score(problems, steps)):
+            assert a == pytest.approx(b, rel=1e-4, abs=1e-6)
+    assert scorer.head_scores[0] != scorer.head_scores[1]      # two heads, not one read twice
+    assert stats.computed == expected_trie_tokens(prm)[1]

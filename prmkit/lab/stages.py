@@ -15,10 +15,15 @@ from prmkit.records import Record, read_records, write_records
 
 
 class Printer:
-    """Prints a stage's line with the seconds since the last one."""
+    """Prints a stage's line with the seconds since the last one; ``elapsed``: since the
+    start."""
 
     def __init__(self) -> None:
-        self.t = time.time()
+        self.t = self.start = time.time()
+
+    @property
+    def elapsed(self) -> float:
+        return time.time() - self.start
 
     def __call__(self, text: str) -> None:
         print(text, flush=True)
@@ -27,6 +32,16 @@ class Printer:
         now = time.time()
         print(f"{k}. {text} [{now - self.t:.0f} s]", flush=True)
         self.t = now
+
+
+def begin(command: str, config: Any, version: int, first: str, own: tuple[str, ...] = (),
+          free: tuple[str, ...] = ()) -> Printer:
+    """A lab run's opening: its folder prepared (:func:`prepare`, ``config.output``), then its
+    first line, ``prmkit COMMAND: FIRST; files in OUT/``; the printer of its stage lines."""
+    prepare(config.output, config, version, own, free)
+    say = Printer()
+    say(f"prmkit {command}: {first}; files in {config.output}/")
+    return say
 
 
 def prepare(out: str, config: Any, version: int, own: tuple[str, ...] = (),

@@ -34,7 +34,7 @@ def _open_hf(spec: ModelSpec, config: HFConfig) -> Any:
 def _open_implicit(spec: ModelSpec, config: HFConfig) -> Any:
     from prmkit.models.backends.implicit import load_implicit_prm  # a policy + reference pair
 
-    return load_implicit_prm(spec.path, config, spec.format_given)
+    return load_implicit_prm(spec.path, config, spec.step_format)
 
 
 def _open_served(spec: ModelSpec, config: HFConfig) -> Any:

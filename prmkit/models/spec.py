@@ -41,9 +41,9 @@ VERIFIER_FILE = "prmkit_verifier.json"
 class ModelSpec:
     """A model as resolved once: ``given`` as typed, ``path`` its folder (a hub id or a URL as
     given), ``kind`` (prm, orm, implicit-prm or verifier; a server is a prm), ``backend``, the
-    step format ``step_format`` (checked against the head; None where the opener reads its
-    own: a server, a generative verifier, an implicit PRM), the format as given and the model's
-    own, and the saved threshold."""
+    step format ``step_format`` (checked against the head, or for an implicit PRM, which has
+    none, its text layout alone; None where the opener reads its own: a server, a generative
+    verifier), the format as given and the model's own, and the saved threshold."""
 
     given: str | None
     path: str
@@ -117,9 +117,11 @@ def resolve_model(model: str | None, backend: str = "hf", fmt: str | StepFormat 
     local = os.path.isdir(path)
     kind = folder.read_train_info(path).get("kind", "prm") if local else "prm"
     own = folder.own_format(name, path)
-    step_format = None
-    if kind != "implicit-prm":
-        step_format = _chosen(name, fmt, own, presets)
+    step_format = _chosen(name, fmt, own, presets)
+    if kind == "implicit-prm":   # no head to check: only the format's text layout matters
+        if isinstance(fmt, str) and own is not None and not folder.same_format(step_format, own):
+            folder.say_other_format(name, fmt, own)
+    else:
         folder.check_head(name, path, step_format, own)
         if own is not None and not folder.same_format(step_format, own):
             _check_other_format(name, path, step_format, fmt, own, trust_remote_code)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -30,7 +29,7 @@ from prmkit.world.config import WorldConfig
 from prmkit.lab.activelearning import report as activereport
 from prmkit.lab.activelearning import stats as activestats
 from prmkit.lab.activelearning.stats import ARMS
-from prmkit.lab.stages import Printer, prepare, stage, stage_json
+from prmkit.lab.stages import begin, stage, stage_json
 from prmkit.records import Record
 
 STAGES_VERSION = 2
@@ -103,12 +102,9 @@ class ActiveLearningConfig:
 
 
 def run(config: ActiveLearningConfig) -> int:
-    t0 = time.time()
     out = config.output
-    prepare(out, config, STAGES_VERSION)
-    say = Printer()
-    say(f"prmkit lab active-learning: seed {config.world.seed}, policy {config.policy}; files "
-        f"in {out}/")
+    say = begin("lab active-learning", config, STAGES_VERSION,
+                f"seed {config.world.seed}, policy {config.policy}")
     pool, test = world_stage(config, out, say)
     results = []
     for s in range(config.seeds):
@@ -124,7 +120,7 @@ def run(config: ActiveLearningConfig) -> int:
         say.stage(2 + s, f"seed {seed}: the selector and {len(ARMS) * len(config.budget_list)} "
                          f"PRMs trained and scored")
     doc = activestats.figures(config, results)
-    activereport.finish(config, doc, out, say, time.time() - t0)
+    activereport.finish(config, doc, out, say, say.elapsed)
     return 0
 
 

@@ -23,12 +23,11 @@ into ``--output`` and reused by a rerun with the same settings:
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from prmkit.errors import PrmkitError
-from prmkit.lab.stages import Printer, prepare, stage, stage_json
+from prmkit.lab.stages import Printer, begin, stage, stage_json
 
 STAGES_VERSION = 2
 METHODS = ("beam", "dvts", "mcts")
@@ -144,11 +143,9 @@ class ComputeOptimalConfig:
 def run(config: ComputeOptimalConfig) -> int:
     from prmkit.lab.computeoptimal import summary as cosummary
 
-    t0 = time.time()
     out = config.output
-    prepare(out, config, STAGES_VERSION, own=("workers",))
-    say = Printer()
-    say(f"prmkit lab compute-optimal: seed {config.seed}; files in {out}/")
+    say = begin("lab compute-optimal", config, STAGES_VERSION, f"seed {config.seed}",
+                own=("workers",))
     lab = Lab(config)
     chunks = range(0, config.problems, CHUNK)
     parallel(config, [("oracle", k, 0, 0) for k in chunks])
@@ -180,7 +177,7 @@ def run(config: ComputeOptimalConfig) -> int:
     say.stage(6, f"figures and {config.resamples} bootstrap resamples")
     for line in cosummary.lines(summary):
         say(line)
-    say(f"total {time.time() - t0:.0f} s; summary.json and report.html in {out}/")
+    say(f"total {say.elapsed:.0f} s; summary.json and report.html in {out}/")
     return 0
 
 

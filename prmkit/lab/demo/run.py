@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import shutil
-import time
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -44,7 +43,7 @@ from prmkit.lab.demo import search as searchstage
 from prmkit.world.problems import LabConfig
 from prmkit.lab.candidates import SplitConfig
 from prmkit.world.config import WorldConfig
-from prmkit.lab.stages import Lazy, Printer, prepare, stage
+from prmkit.lab.stages import Lazy, Printer, begin, stage
 from prmkit.models.reading import fast_dtype
 from prmkit.records import Record
 from prmkit.train.common import HEADS
@@ -177,12 +176,9 @@ class DemoConfig:
         LabConfig(n=1, min_steps=self.search_min_steps, max_steps=self.search_max_steps)
 
 def run(config: DemoConfig) -> int:
-    t0 = time.time()
     out = config.output
-    prepare(out, config, STAGES_VERSION, own=implicitstage.FIELDS + searchstage.FIELDS,
-            free=("margin", "full"))
-    say = Printer()
-    say(f"prmkit demo: the lab world, seed {config.world.seed}; files in {out}/")
+    say = begin("demo", config, STAGES_VERSION, f"the lab world, seed {config.world.seed}",
+                own=implicitstage.FIELDS + searchstage.FIELDS, free=("margin", "full"))
     world = _world(config, out, say)
     labels = _labels(config, out, world, say)
     prm_dir, orm_dir = os.path.join(out, "prm"), os.path.join(out, "orm")
@@ -219,7 +215,7 @@ def run(config: DemoConfig) -> int:
             f"{row['method']} n={row['n']} {row['accuracy']:.1f}% at {row['tokens']:.0f} tokens"
             for row in search["rows"]))
     result = summary.Results(config, scored, bon, labels, search, world.gold, figures)
-    summary.finish(result, out, say, time.time() - t0)
+    summary.finish(result, out, say, say.elapsed)
     return 0
 
 

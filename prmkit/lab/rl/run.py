@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
@@ -308,15 +307,13 @@ def run(cfg: LabRLConfig) -> int:
     report.html."""
     from prmkit.lab.verifiers import featureprm
     from prmkit.lab.rl import stats as rlstats
-    from prmkit.lab.stages import Printer, prepare, stage_json
+    from prmkit.lab.stages import begin, stage_json
     from prmkit.lab.rl.policy import StatedGoldPRM, StepPolicy
 
-    t0, out = time.time(), cfg.output
-    prepare(out, cfg, STAGES_VERSION)
+    out = cfg.output
+    say = begin("lab rl", cfg, STAGES_VERSION, f"seed {cfg.seed}, arms {', '.join(cfg.arm_list)}")
     for sub in ("tune", "runs"):
         os.makedirs(os.path.join(out, sub), exist_ok=True)
-    say = Printer()
-    say(f"prmkit lab rl: seed {cfg.seed}, arms {', '.join(cfg.arm_list)}; files in {out}/")
     world = make_world(cfg)
     info = {"prm": stage_json(out, "prm.json", lambda: train_prm(cfg)),
             "orm": stage_json(out, "orm.json", lambda: train_orm(cfg))}
@@ -339,7 +336,7 @@ def run(cfg: LabRLConfig) -> int:
                  f"{cfg.problems_per_update * cfg.group} samples")
     ceiling = ceiling_accuracy(StepPolicy(), world.eval_counts)
     result = rlstats.summarise(cfg, runs, tuned, info, ceiling)
-    result["seconds"] = round(time.time() - t0, 1)
+    result["seconds"] = round(say.elapsed, 1)
     rlstats.write(out, result, runs)
     say.stage(4, f"summary in {out}/summary.json, report in {out}/report.html")
     for line in rlstats.lines(result):

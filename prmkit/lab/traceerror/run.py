@@ -26,7 +26,6 @@ PRM's trace errors minus the exact-label PRM's are reported as contrasts.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +33,7 @@ from prmkit.errors import PrmkitError
 from prmkit.lab.candidates import SplitConfig
 from prmkit.world.config import WorldConfig
 from prmkit.lab.traceerror import report as tracereport
-from prmkit.lab.stages import Printer, prepare, stage, stage_json
+from prmkit.lab.stages import begin, stage, stage_json
 from prmkit.lab.traceerror.report import SETTINGS, VERIFIERS
 
 STAGES_VERSION = 2
@@ -88,12 +87,9 @@ class TraceErrorConfig:
 
 
 def run(config: TraceErrorConfig) -> int:
-    t0 = time.time()
     out = config.output
-    prepare(out, config, STAGES_VERSION)
-    say = Printer()
-    say(f"prmkit lab trace-error: seed {config.world.seed}, policy {config.policy}; files in "
-        f"{out}/")
+    say = begin("lab trace-error", config, STAGES_VERSION,
+                f"seed {config.world.seed}, policy {config.policy}")
     train, test, mc = world_stage(config, out, say)
     scores = {}
     for k, setting in enumerate(SETTINGS):
@@ -101,7 +97,7 @@ def run(config: TraceErrorConfig) -> int:
             config, setting, train, test, mc))
         say.stage(3 + k, f"three verifiers trained and scored, {setting}")
     doc = tracereport.figures(config, test, scores)
-    tracereport.finish(config, doc, out, say, time.time() - t0)
+    tracereport.finish(config, doc, out, say, say.elapsed)
     return 0
 
 

@@ -27,13 +27,12 @@ problems (:mod:`prmkit.lab.verifierlabels.stats`). Claims: ``verifier_matches_mo
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prmkit.errors import PrmkitError
 from prmkit.lab.candidates import SplitConfig
-from prmkit.lab.stages import Printer, prepare, stage, stage_json
+from prmkit.lab.stages import begin, stage, stage_json
 from prmkit.lab.verifierlabels import report
 from prmkit.records import Record
 from prmkit.world.config import WorldConfig
@@ -68,12 +67,9 @@ class VerifierLabelsConfig:
 
 
 def run(config: VerifierLabelsConfig) -> int:
-    t0 = time.time()
     out = config.output
-    prepare(out, config, STAGES_VERSION)
-    say = Printer()
-    say(f"prmkit lab verifier-labels: seed {config.world.seed}, policy {config.world.policy}; "
-        f"files in {out}/")
+    say = begin("lab verifier-labels", config, STAGES_VERSION,
+                f"seed {config.world.seed}, policy {config.world.policy}")
     more, test = world_stage(config, out, say)
     k = config.split.train_problems * config.split.train_n
     same = more[:k]
@@ -87,7 +83,7 @@ def run(config: VerifierLabelsConfig) -> int:
         config, same, test, say))
     say.stage(5, "the verifier scored the test candidates")
     doc = report.figures(config, test, scores)
-    report.finish(config, doc, out, say, time.time() - t0)
+    report.finish(config, doc, out, say, say.elapsed)
     return 0
 
 

@@ -6,7 +6,7 @@ from typing import Any, Hashable, Sequence
 
 from prmkit.lab.verifiers.companion import companion_blocker, companion_probs
 from prmkit.models.sharing.policy import sharing_of
-from prmkit.models.sharing.prefix import ShareStats, SharedPrefixScorer, score_shared
+from prmkit.models.sharing.prefix import ExtraHead, ShareStats, SharedPrefixScorer, score_shared
 from prmkit.stepformat import Encoded
 
 
@@ -22,9 +22,9 @@ def score_shared_pair(prm: Any, other: Any, problems: Sequence[str],
     if sharing.can_share and sharing.pack is None and companion_blocker(prm, other) is None \
             and all(_same_reads(prm.encode(p, s), other.encode(p, s))
                     for p, s in zip(problems, steps)):
-        scorer = SharedPrefixScorer(prm, stats, also=other,
-                                    also_head=lambda hidden: companion_probs(other, hidden))
-        return scorer.score(problems, steps, groups), scorer.also_scores
+        head = ExtraHead(other, lambda hidden: companion_probs(other, hidden))
+        scorer = SharedPrefixScorer(prm, stats, heads=[head])
+        return scorer.score(problems, steps, groups), scorer.head_scores[0]
     return (score_shared(prm, problems, steps, groups, stats),
             score_shared(other, problems, steps, groups, stats))
 

@@ -60,9 +60,9 @@ def sharing_of(prm: PRM) -> Sharing:
     if not isinstance(prm, HFPRM):
         why = f"{type(prm).__name__} is not a transformers model read in this process"
         return Sharing(why, why, why, None)
-    return Sharing(share_blocker(prm, carries_hazard=True),
-                   reuse_blocker(prm, carries_hazard=True), pack_blocker(prm),
-                   local_span(prm.model.config))
+    share = share_blocker(prm, carries_hazard=True)
+    span = local_span(prm.model.config)
+    return Sharing(share, _with_window(prm, share, span), pack_blocker(prm), span)
 
 
 def share_blocker(prm: "HFPRM", carries_hazard: bool = False) -> str | None:
@@ -82,11 +82,14 @@ def share_blocker(prm: "HFPRM", carries_hazard: bool = False) -> str | None:
 def reuse_blocker(prm: "HFPRM", carries_hazard: bool = False) -> str | None:
     """Why the HF PRM ``prm`` cannot reuse caches, or None: what :func:`share_blocker` says,
     or local attention."""
-    why = share_blocker(prm, carries_hazard)
-    span = local_span(prm.model.config)
-    if why is None and span is not None:
-        why = f"{model_type(prm.model)} attends over a window of {span} tokens"
-    return why
+    return _with_window(prm, share_blocker(prm, carries_hazard), local_span(prm.model.config))
+
+
+def _with_window(prm: "HFPRM", share: str | None, span: int | None) -> str | None:
+    """Why caches cannot be reused: ``share`` (why sharing does not apply), or a window."""
+    if share is None and span is not None:
+        return f"{model_type(prm.model)} attends over a window of {span} tokens"
+    return share
 
 
 def pack_blocker(prm: "HFPRM") -> str | None:

@@ -37,7 +37,7 @@ from prmkit.stepformat import Encoded
 if TYPE_CHECKING:
     from prmkit.models.backends.hf import HFPRM
 
-__all__ = ["SharedPrefixScorer", "ShareStats", "can_share", "group_prefix", "has_groups",
+__all__ = ["ExtraHead", "SharedPrefixScorer", "ShareStats", "can_share", "group_prefix", "has_groups",
            "score_by_problem", "score_shared"]
 
 
@@ -101,6 +101,18 @@ class _Node:
     hidden: Any = None    # a surprisal head: the final hidden state there
 
 
+@dataclass(frozen=True)
+class ExtraHead:
+    """Another head on the body of the PRM a :class:`SharedPrefixScorer` scores with: ``read``
+    takes the final hidden states at the reads of a tree pass (reads x hidden) and returns one
+    probability per read; ``prm`` is the same body with this head, for the solutions read alone.
+    The caller vouches that ``prm`` reads the same ids at the same positions (for example
+    :mod:`prmkit.lab.verifiers.sharedpair`)."""
+
+    prm: PRM
+    read: Callable[[Any], list[float]]
+
+
 @dataclass(eq=False)
 class _Leaf:
     """A solution, read after the first ``past`` of its ids on ``node``'s cache."""
@@ -120,8 +132,8 @@ class _Tree:
 class SharedPrefixScorer:
     """Scores groups of solutions on their shared prefixes (see the module docstring)."""
 
-    def __init__(self, prm: "HFPRM", stats: ShareStats | None = None, also: Any = None,
-                 also_head: Callable[[Any], list[float]] | None = None):
+    def __init__(self, prm: "HFPRM", stats: ShareStats | None = None,
+                 heads: Sequence[ExtraHead] = ()):
         sharing = sharing_of(prm)
         if sharing.share is not None:
             raise PrmkitError(f"prefix sharing does not apply to this PRM: {sharing.share}")
@@ -132,12 +144,13 @@ class SharedPrefixScorer:
         self.packed = sharing.pack is None   # a tree in one pass, else a depth at a time
         self.span = sharing.span             # a window or chunk a group must fit in
         self.row_tokens = ROW_TOKENS
-        # a second PRM on the same body: its head (``also_head``) read on the same passes'
-        # hidden states, the PRM itself for the solutions read alone; the caller checks that
-        # this is exact (prmkit.lab.verifiers.sharedpair)
-        self.also, self.also_head, self.also_scores = also, also_head, []
-        if (also is None) != (also_head is None) or (also is not None and not self.packed):
-            raise PrmkitError("a second head needs its PRM and its head, and tree passes")
+        # extra heads on the same body, read on the same passes' hidden states; after
+        # score(), head_scores[j] holds heads[j]'s step scores
+        self.heads = tuple(heads)
+        self.head_scores: list[list[list[float | None]]] = [[] for _ in self.heads]
+        if self.heads and not self.packed:
+            raise PrmkitError("extra heads are read only in tree passes (one tree a pass); "
+                              f"this PRM reads a depth at a time: {sharing.pack}")
 
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
               groups: Sequence[Hashable | None]) -> list[list[float | None]]:
@@ -147,14 +160,15 @@ class SharedPrefixScorer:
         out: list[list[float | None] | None] = [None] * len(problems)
         if self.packed:
             members, alone = self.within_span(*groups_of(problems, groups, encs), encs)
-            theirs: list[list[float | None] | None] = [None] * len(problems)
+            theirs: list[list[list[float | None] | None]] = [[None] * len(problems)
+                                                            for _ in self.heads]
             if alone:
                 _plain(prm, alone, problems, steps, stats, out, count_plain=False)
-                if self.also is not None:
-                    _plain(self.also, alone, problems, steps, ShareStats(), theirs, False)
+                for head, rows in zip(self.heads, theirs):
+                    _plain(head.prm, alone, problems, steps, ShareStats(), rows, False)
             stats.groups += len(members)
             read_token_trees(self, members, encs, out, theirs)
-            self.also_scores = [row if row is not None else [] for row in theirs]
+            self.head_scores = [[row if row is not None else [] for row in rows] for rows in theirs]
             return [row if row is not None else [] for row in out]
         if self.span is not None:   # the depth-wise caches would drop the window: read plain
             stats.off = stats.off or (f"{model_type(prm.model)} attends over a window and its "

@@ -64,27 +64,28 @@ def token_rows(members: list[list[int]], encs: Sequence[Encoded], row_tokens: in
 
 def read_token_trees(scorer: Any, members: list[list[int]], encs: Sequence[Encoded],
                      out: list[list[float | None] | None],
-                     theirs: list[list[float | None] | None]) -> None:
+                     theirs: Sequence[list[list[float | None] | None]]) -> None:
     """Every group's token tree in rows of tree-attention passes of ``scorer``'s PRM (a
     :class:`prmkit.models.sharing.prefix.SharedPrefixScorer`: its ``row_tokens``, its batches and its
-    accounting); each solution's scores into ``out``, and a second head's
-    (``scorer.also_head``, read in the same passes) into ``theirs``."""
+    accounting); each solution's scores into ``out``, and those of each of its extra heads
+    (``scorer.heads``, read in the same passes) into that head's row of ``theirs``."""
     rows, holders = token_rows(members, encs, scorer.row_tokens)
     read: dict[tuple[int, int], dict[int, float]] = {}
-    also: dict[tuple[int, int], dict[int, float]] = {}
+    extra: list[dict[tuple[int, int], dict[int, float]]] = [{} for _ in scorer.heads]
     for batch in scorer.batch_rows(rows, lambda r: 0, lambda r: r[2]):
-        res = tree_forward(scorer.prm, [row for _, row, _ in batch], scorer.also_head)
+        res = tree_forward(scorer.prm, [row for _, row, _ in batch],
+                           [h.read for h in scorer.heads])
         scorer.count(res.real, res.computed)
         for b, (owned, row, _) in enumerate(batch):
             for k, (owner, seg) in enumerate(zip(owned, row)):   # the first row's, if repeated
                 read.setdefault(owner, dict(zip(seg.reads, res.probs[b][k])))
-                if res.also is not None:
-                    also.setdefault(owner, dict(zip(seg.reads, res.also[b][k])))
+                for got, head in zip(extra, res.extra):
+                    got.setdefault(owner, dict(zip(seg.reads, head[b][k])))
     for t, group in enumerate(members):
         for i, held in zip(group, holders[t]):
             pad: list[float | None] = [None] * (encs[i].n_steps - len(held))
             where = list(zip(held, encs[i].read_positions))
             out[i] = [read[(t, k)][p] for k, p in where] + pad
-            if scorer.also is not None:
-                theirs[i] = [also[(t, k)][p] for k, p in where] + pad
+            for got, rows_of in zip(extra, theirs):
+                rows_of[i] = [got[(t, k)][p] for k, p in where] + pad
             scorer.stats.candidates += 1

@@ -22,7 +22,7 @@ tree a depth at a time on caches. Why one pass: docs/scoring.md, "Design notes".
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -54,7 +54,7 @@ class TreePass:
     probs: list[list[list[float]]]   # [row][segment] one probability per read, in order
     real: int                        # tokens fed, padding excluded
     computed: int                    # rows x width
-    also: list[list[list[float]]] | None = None   # a companion head's, the same way
+    extra: list[list[list[list[float]]]] = field(default_factory=list)   # each extra head's, the same way
 
 
 def token_tree(seqs: Sequence[Sequence[int]], reads: Sequence[Sequence[int]],
@@ -213,10 +213,10 @@ def tree_inputs(rows: Sequence[Sequence[Segment]], pad_id: int) -> tuple[Any, An
 
 
 def tree_forward(prm: "HFPRM", rows: Sequence[Sequence[Segment]],
-                 also: Callable[[Any], list[float]] | None = None) -> TreePass:
+                 heads: Sequence[Callable[[Any], list[float]]] = ()) -> TreePass:
     """One forward pass of ``prm`` (an HFPRM, :func:`pack_blocker` None) over ``rows``, each the
     segments of a tree laid end to end under the tree's attention mask (module docstring).
-    ``also``: a second head on the same body, given this pass's final hidden states at the
+    ``heads``: extra heads on the same body, each given this pass's final hidden states at the
     reads (reads x hidden) and returning one probability per read."""
     import torch
 
@@ -236,7 +236,7 @@ def tree_forward(prm: "HFPRM", rows: Sequence[Sequence[Segment]],
     device = prm.device
     rr = torch.tensor(r, dtype=torch.long, device=device)
     cc = torch.tensor(c, dtype=torch.long, device=device)
-    catch = caught_hidden(backbone(prm.model)) if also is not None else nullcontext([])
+    catch = caught_hidden(backbone(prm.model)) if heads else nullcontext([])
     with torch.inference_mode(), catch as hidden:
         if prm.format.hazard:
             log_s = tree_survival(prm, rows, ids.to(device), mask.to(device), positions.to(device))
@@ -245,9 +245,9 @@ def tree_forward(prm: "HFPRM", rows: Sequence[Sequence[Segment]],
             logits = prm.reader.logits(ids.to(device), mask.to(device), rr, cc,
                                        positions=positions.to(device))
             flat = prm.reader.probabilities(logits).float().cpu().tolist() if c else []
-        more = also(hidden[-1][rr, cc]) if also is not None and c else []
+        more = [head(hidden[-1][rr, cc]) if c else [] for head in heads]
     return TreePass(by_segment(rows, flat), sum(o[-1] for o in offsets), len(rows) * ids.shape[1],
-                    by_segment(rows, more) if also is not None else None)
+                    [by_segment(rows, m) for m in more])
 
 
 def by_segment(rows: Sequence[Sequence[Segment]], flat: Sequence[float]) -> list[list[list[float]]]:
