@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from prmkit.lab.stages import own_settings, stage
 from prmkit.evaluate.stepwise import step_auc
-from prmkit.lab.demo.summary import PRM_METHODS
+from prmkit.lab.demo.report import PRM_METHODS
 from prmkit.records import Record
 
 # The DemoConfig fields that only this stage reads: they are not part of the demo's own settings.

@@ -37,7 +37,7 @@ from typing import Any
 
 from prmkit.errors import PrmkitError
 from prmkit.lab.demo import implicit as implicitstage
-from prmkit.lab.demo import summary
+from prmkit.lab.demo import report
 from prmkit.lab.demo.scoring import score_test
 from prmkit.lab.demo import search as searchstage
 from prmkit.world.problems import LabConfig
@@ -157,9 +157,9 @@ class DemoConfig:
         if self.score_dtype not in ("auto", "float32", "bfloat16"):
             raise PrmkitError(f"--score-dtype {self.score_dtype!r} is not auto, float32 or "
                               f"bfloat16")
-        if self.select not in summary.PRM_METHODS:
+        if self.select not in report.PRM_METHODS:
             raise PrmkitError(f"--select {self.select!r} is not one of "
-                              f"{', '.join(summary.PRM_METHODS)}")
+                              f"{', '.join(report.PRM_METHODS)}")
         if min(self.implicit_last_k, self.implicit_epochs) < 1 or not self.implicit_lr > 0:
             raise PrmkitError("--implicit-last-k and --implicit-epochs must be at least 1 and "
                               "--implicit-lr positive")
@@ -200,22 +200,22 @@ def run(config: DemoConfig) -> int:
     prm = Lazy(lambda: _load(prm_dir, dtype))     # loaded once, for scoring and for search
     scored = stage(out, "test_scored.jsonl", lambda: score_test(world, prm(),
                                                              _load(orm_dir, dtype)))
-    bon = summary.bestofn_stage(config, scored, say)
+    bon = report.bestofn_stage(config, scored, say)
     implicit = implicitstage.implicit_stage(config, os.path.join(out, "train_candidates.jsonl"),
                                             world.test, out, dtype)
     figures = None if implicit is None else implicitstage.implicit_figures(
         config, implicit, world.gold, bon.curve["n"])
     if figures is not None:
-        say.stage(4, "; ".join(f"{k}: {v}" for k, v in summary.implicit_rows(figures)))
+        say.stage(4, "; ".join(f"{k}: {v}" for k, v in report.implicit_rows(figures)))
     search = searchstage.search_stage(config, world, prm, out) if config.full else None
     if search is not None:
         say.stage(5, f"search on {search['problems']} problems of {search['operations'][0]}-"
                      f"{search['operations'][1]} operations, {searchstage.pool(config)} samples "
-                     f"each (accuracy {summary.pct(search['sample_accuracy'])}): " + "; ".join(
+                     f"each (accuracy {report.pct(search['sample_accuracy'])}): " + "; ".join(
             f"{row['method']} n={row['n']} {row['accuracy']:.1f}% at {row['tokens']:.0f} tokens"
             for row in search["rows"]))
-    result = summary.Results(config, scored, bon, labels, search, world.gold, figures)
-    summary.finish(result, out, say, say.elapsed)
+    result = report.Results(config, scored, bon, labels, search, world.gold, figures)
+    report.finish(result, out, say, say.elapsed)
     return 0
 
 
@@ -246,12 +246,12 @@ def _world(config: DemoConfig, out: str, say: "Printer") -> World:
                  f"{len(split.test_problems)} test problems x {config.split.n}; "
                  f"{config.world.min_steps}-{config.world.max_steps} operations, policy "
                  f"{split.policy_name}: candidate accuracy "
-                 f"{summary.pct(100 * summary.mean(r.is_correct for r in train + test))}")
+                 f"{report.pct(100 * report.mean(r.is_correct for r in train + test))}")
     return World(train, test, split.test_problems, gold, split.policy, split.prompter,
                  split.policy_name)
 
 
-def _labels(config: DemoConfig, out: str, world: World, say: "Printer") -> "summary.Labels":
+def _labels(config: DemoConfig, out: str, world: World, say: "Printer") -> "report.Labels":
     """2. Monte Carlo labels, per step and by binary search, against the gold labels."""
     from prmkit.label.mc import MCConfig, label_mc
     from prmkit.label.quality import label_quality
@@ -269,11 +269,11 @@ def _labels(config: DemoConfig, out: str, world: World, say: "Printer") -> "summ
     spent = (sum(r.meta["mc"]["rollouts_spent"] for r in binary),
              sum(r.meta["mc"]["rollouts_spent"] for r in per_step))
     say.stage(2, f"Monte Carlo labels (hard, K={config.rollouts}) vs exact gold labels: step "
-                 f"agreement {summary.pct(q_step.step_agreement)}, first-error agreement "
-                 f"{summary.pct(q_step.first_error_agreement)}; binary search: first-error agreement "
-                 f"{summary.pct(q_bin.first_error_agreement)} with {spent[0]} rollouts vs {spent[1]} "
+                 f"agreement {report.pct(q_step.step_agreement)}, first-error agreement "
+                 f"{report.pct(q_step.first_error_agreement)}; binary search: first-error agreement "
+                 f"{report.pct(q_bin.first_error_agreement)} with {spent[0]} rollouts vs {spent[1]} "
                  f"per step")
-    return summary.Labels(q_step, q_bin, spent, quality)
+    return report.Labels(q_step, q_bin, spent, quality)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from prmkit.lab.demo import claims as lab_claims
+from prmkit.lab.demo import stats as lab_claims
 from prmkit.lab.demo.search import beam_claims, width_claim_name
 from prmkit.lab.stages import settings_of
 from prmkit.lab.stats import print_rows, verdict, write_summary
