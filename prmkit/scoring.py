@@ -128,8 +128,9 @@ def _restore(rec: Record, row: dict[str, Any] | None, kind: str) -> bool:
     if row.get("step_scores") is None:
         return False
     rec.step_scores = row["step_scores"]
-    if "verifications" in (row.get("meta") or {}):
-        rec.meta["verifications"] = row["meta"]["verifications"]
+    for key in WRITTEN_META:   # a generative PRM's texts and solution-level score
+        if key in (row.get("meta") or {}):
+            rec.meta[key] = row["meta"][key]
     return True
 
 
@@ -195,6 +196,9 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
                 rec.step_scores = scores
             if isinstance(prm, GenerativePRM):   # what the verifier wrote, kept with the record
                 rec.meta["verifications"] = prm.verifications_of(rec.problem, rec.steps)
+                outcome = prm.outcome_of(rec.problem, rec.steps)   # ThinkPRM's P(yes)
+                if outcome is not None:
+                    rec.meta["outcome_score"] = outcome
             if writer is not None:
                 writer.write(rec)
             bar.update(1)

@@ -194,6 +194,7 @@ def test_a_trained_verifier_folder_scores_with_its_own_template(tmp_path, capsys
     assert len(rec.step_scores) == len(recs[0].steps)
     [text] = rec.meta["verifications"]          # one greedy verification, kept with the record
     assert isinstance(text, str) and text
+    assert "outcome_score" not in rec.meta   # capped at 8 tokens: no solution-level P(yes)
     assert cli.main(["score", "--model", str(out), "--input", str(one),
                      "--output", str(tmp_path / "x.jsonl")]) == 2
     assert "score it with --backend generative" in capsys.readouterr().err

@@ -152,7 +152,7 @@ class Scripted:
     """A backend that returns scripted verifications and P(correct) = 0.75 or 0.25."""
 
     def __init__(self, texts, probs=True):
-        self.texts, self.probs, self.prompts = list(texts), probs, []
+        self.texts, self.probs, self.prompts, self.heads = list(texts), probs, [], []
 
     def sample(self, prompt, n, stop, max_tokens, temperature, seed):
         self.prompts.append(prompt)
@@ -167,6 +167,11 @@ class Scripted:
             return [[None] * len(a) for a in ats]
         return [[0.75 if s.text[a:].lower().startswith(words[0].lower()) else 0.25 for a in at]
                 for s, at in zip(samples, ats)]
+
+    def decision_probs(self, prompt, heads, words):
+        assert words == (" Yes", " No")
+        self.heads += heads
+        return [(0.2 if "{incorrect}" in h else 0.9) if self.probs else None for h in heads]
 
 
 def prm_for(name, backend, k):
@@ -248,3 +253,52 @@ def test_two_records_with_the_same_solution_both_keep_what_was_written():
 def test_gen_config_refuses_bad_values():
     with pytest.raises(PrmkitError, match="--samples"):
         GenConfig(samples=0)
+
+
+def test_verdict_row_reads_the_two_words_and_bounds_a_missing_one_by_hand():
+    """P(correct) from a server's top logprobs at the verdict token, worked by hand: both words
+    listed, .6 / (.6 + .2) = .75; "incorrect" not among the alternatives, its probability is
+    bounded by the least listed (.1, GenPRM's rule): .6 / .7; neither listed, or no token
+    starting at the offset: None."""
+    import math
+
+    from prmkit.verify.prm import verdict_row
+
+    texts = ["\\boxed{", "correct", "}"]
+    at = [len("\\boxed{")]
+    both = {"correct": math.log(0.6), "incorrect": math.log(0.2)}
+    one = {"correct": math.log(0.6), "x": math.log(0.3), "y": math.log(0.1)}
+    neither = {"x": math.log(0.9), "y": math.log(0.1)}
+    for top, want in ((both, 0.75), (one, 0.6 / 0.7), (neither, None)):
+        got = verdict_row(texts, [{}, top, {}], at, "correct", "incorrect")[0]
+        assert got == (None if want is None else pytest.approx(want))
+    assert verdict_row(texts, [{}, both, {}], [3], "correct", "incorrect") == [None]
+
+
+def test_the_solution_level_score_is_thinkprm_s_decision_after_its_question():
+    """ThinkPRM's P(yes): each verification, without the stop string it ended at, then
+    ``Is the solution correct?`` on its own line; the mean over those that did not hit the
+    cap, worked by hand: (.9 + .2) / 2. None for GenPRM's per-step template, and where nothing
+    can be read."""
+    backend = Scripted([(THINK_OK + "Is the solution correct?", "stop"),
+                        (THINK_WRONG + "Step 4:", "stop"), ("Step 1: \\boxed{correct}", "length")])
+    prm = prm_for("thinkprm", backend, 3)
+    prm.score([PROBLEM], [STEPS])
+    assert prm.outcome_of(PROBLEM, STEPS) == pytest.approx((0.9 + 0.2) / 2)
+    assert backend.heads == [THINK_OK.rstrip() + "\nIs the solution correct?",
+                             THINK_WRONG.rstrip() + "\nIs the solution correct?"]
+    blind = prm_for("thinkprm", Scripted([(THINK_OK, "eos")], probs=False), 1)
+    blind.score([PROBLEM], [STEPS])
+    assert blind.outcome_of(PROBLEM, STEPS) is None
+
+
+def test_scoring_keeps_the_texts_and_the_solution_level_score_with_each_record():
+    from prmkit.records import Record
+    from prmkit.scoring import score_records
+
+    rec = Record(id="a", problem=PROBLEM, steps=list(STEPS))
+    prm = prm_for("thinkprm", Scripted([(THINK_WRONG, "stop")]), 1)
+    score_records([rec], prm, chunk=None)
+    assert rec.meta["verifications"] == [THINK_WRONG]
+    assert rec.meta["outcome_score"] == pytest.approx(0.2)
+    assert rec.step_scores == [0.75, 0.25, 0.25]

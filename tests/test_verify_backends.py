@@ -64,6 +64,8 @@ class VerifierServer:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def answer(self, body):
+        if body.get("max_tokens") == 1:   # ThinkPRM's decision after its question
+            return decision_answer(body["prompt"])
         solution = body["prompt"].split("[Solution]")[1]
         n = len(re.findall(r"^Step \d+:", solution, re.MULTILINE))
         tokens, tops = [], []
@@ -84,6 +86,30 @@ class VerifierServer:
 
     def close(self):
         self.httpd.shutdown()
+
+
+def decision_of(prompt: str) -> float:
+    """The fake verifier's P(yes) after ``Is the solution correct?``: .2 after a verification
+    that called a step incorrect, else .9."""
+    assert prompt.endswith("\n" + T.THINKPRM_END), prompt[-80:]
+    return 0.2 if "{incorrect}" in prompt.split("Let's verify step by step:")[-1] else 0.9
+
+
+def decision_answer(prompt: str) -> dict:
+    p = decision_of(prompt)
+    top = {" Yes": math.log(p), " No": math.log(1 - p)}
+    choice = {"text": " Yes", "finish_reason": "length",
+              "logprobs": {"tokens": [" Yes"], "top_logprobs": [top]}}
+    return {"choices": [choice], "usage": {"completion_tokens": 1, "prompt_tokens": 10}}
+
+
+def expected_outcome(prompt: str, k: int, n: int) -> float:
+    """The mean P(yes) of k verifications of the fake server, by the same rule."""
+    from prmkit.generate.base import sample_seed
+
+    ps = [0.2 if any(not verdict_of(sample_seed(0, prompt, s), i)[0] for i in range(1, n + 1))
+          else 0.9 for s in range(k)]
+    return sum(ps) / k
 
 
 PROBLEM, STEPS = "What is 2 + 3 * 4?", ["3 * 4 = 12.", "2 + 12 = 14.", "The answer is 14."]
@@ -116,7 +142,12 @@ def test_openai_backend_reads_the_verdicts_logprobs():
         scores = prm.score([PROBLEM], [STEPS])[0]
         prompt = T.whole_prompt(t, T.chat_of(tok, t, "m"), PROBLEM, STEPS)
         assert scores == pytest.approx(expected(prompt, 3, 3), abs=1e-12)
-        assert all(b["logprobs"] == 5 and b["stop"] == T.whole_stops(3) for b in server.bodies)
+        # ThinkPRM's solution-level P(yes): one greedy token after each verification's question
+        assert prm.outcome_of(PROBLEM, STEPS) == pytest.approx(expected_outcome(prompt, 3, 3))
+        decisions = [b for b in server.bodies if b["max_tokens"] == 1]
+        assert len(decisions) == 3 and all(b["temperature"] == 0.0 for b in decisions)
+        server.bodies[:] = [b for b in server.bodies if b["max_tokens"] != 1]
+        assert all(b["logprobs"] == 20 and b["stop"] == T.whole_stops(3) for b in server.bodies)
         # llama.cpp samples without its repeat penalty, as the logprobs it returns are read
         assert all(b["repeat_penalty"] == 1.0 for b in server.bodies)
         assert len({b["seed"] for b in server.bodies}) == 3
@@ -289,8 +320,9 @@ def test_prmkit_serve_serves_a_generative_prm():
 
 class VLLMParams:   # the SamplingParams fields prmkit sets, with vLLM's names
     def __init__(self, **kw):
-        assert set(kw) == {"n", "temperature", "top_p", "max_tokens", "stop",
-                           "include_stop_str_in_output", "logprobs", "seed"}
+        assert set(kw) in ({"n", "temperature", "top_p", "max_tokens", "stop",
+                            "include_stop_str_in_output", "logprobs", "seed"},
+                           {"n", "temperature", "max_tokens", "logprobs"})   # a decision
         self.__dict__.update(kw)
 
 
@@ -313,10 +345,17 @@ class StandInLLM:
         from types import SimpleNamespace as NS
 
         outs = []
-        for p, sp in zip(prompts, params):
-            assert set(p) == {"prompt_token_ids"} and sp.n == 1 and sp.logprobs == 5
-            self.requests.append(sp)
+        for p, sp in zip(prompts, params if isinstance(params, list) else [params] * len(prompts)):
+            assert set(p) == {"prompt_token_ids"} and sp.n == 1 and sp.logprobs == 20
             prompt = self.tokenizer.decode(p["prompt_token_ids"])
+            if sp.max_tokens == 1:   # ThinkPRM's decision after its question
+                yes, no = (self.tokenizer(w, add_special_tokens=False)["input_ids"][0]
+                           for w in (" Yes", " No"))
+                q = decision_of(prompt)
+                top = {yes: NS(logprob=math.log(q)), no: NS(logprob=math.log(1 - q))}
+                outs.append(NS(outputs=[NS(text=" Yes", token_ids=[yes], logprobs=[top])]))
+                continue
+            self.requests.append(sp)
             choice = self.server.answer({"prompt": prompt, "seed": sp.seed})["choices"][0]
             ids, lps = [], []
             for n, (text, top) in enumerate(zip(choice["logprobs"]["tokens"],
@@ -342,6 +381,7 @@ def test_vllm_backend_follows_the_offline_api_and_reads_the_logprobs():
     scores = prm.score([PROBLEM], [STEPS])[0]
     prompt = T.whole_prompt(t, T.chat_of(tok, t, "m"), PROBLEM, STEPS)
     assert scores == pytest.approx(expected(prompt, 3, 3), abs=1e-12)
+    assert prm.outcome_of(PROBLEM, STEPS) == pytest.approx(expected_outcome(prompt, 3, 3))
     assert [r.stop for r in llm.requests] == [T.whole_stops(3)] * 3
     assert prm.stats.parsed == 3 and prm.stats.prompt_tokens_saved > 0
 
@@ -369,3 +409,75 @@ def test_eval_processbench_with_a_generative_prm_records_its_parse_rate(tmp_path
     assert gen["samples"] == 4 and "parse rate 100.0% (4 of 4" in err
     scores = [json.loads(line)["step_scores"] for line in open(tmp_path / "pb.scores.jsonl")]
     assert [len(s) for s in scores] == [3, 2] and None not in scores[0] + scores[1]
+
+
+def test_whole_verifications_sampled_in_batches_equal_one_solution_at_a_time():
+    """The transformers backend samples several solutions' verifications in one batch
+    (solutions with as many steps together); each text and score is what sampling that
+    solution alone gives, and every solution is yielded once."""
+    torch = pytest.importorskip("torch")
+    import tiny
+    from prmkit.generate.hf import HFGenConfig, HFGenerator
+    from prmkit.verify.hf import HFVerifier
+    from prmkit.verify.prm import SamplesMany
+
+    class Alone:   # the same backend without batches
+        def __init__(self, inner):
+            self.inner, self.stats = inner, inner.stats
+
+        def sample(self, *args):
+            return self.inner.sample(*args)
+
+        def verdict_probs(self, *args):
+            return self.inner.verdict_probs(*args)
+
+        def decision_probs(self, *args):
+            return self.inner.decision_probs(*args)
+
+    torch.set_num_threads(1)
+    t = T.get_template("plain")
+    problems = [PROBLEM, "What is 7 - 2?", PROBLEM, "What is 3 * 3?", "What is 1 + 1?"]
+    steps = [STEPS, ["7 - 2 = 5.", "The answer is 5."], STEPS[:2], ["3 * 3 = 9.", "9."], []]
+    got = []
+    for wrap in (lambda b: b, Alone):
+        backend = HFVerifier(HFGenerator(tiny.causal_lm(), tiny.tokenizer(), HFGenConfig(dtype="float32")))
+        assert isinstance(backend, SamplesMany) and not isinstance(Alone(backend), SamplesMany)
+        prm = GenerativePRM(wrap(backend), t, T.chat_of(backend.tokenizer, t, "m"), "",
+                            GenConfig(samples=2, max_new_tokens=12, temperature=0.7))
+        scores = dict(prm.score_iter(problems, steps))
+        assert sorted(scores) == list(range(len(problems)))
+        got.append((scores, [prm.verifications_of(p, s) for p, s in zip(problems, steps)],
+                    [prm.outcome_of(p, s) for p, s in zip(problems, steps)],
+                    prm.stats.samples, prm.stats.tokens_generated))
+    assert got[0] == got[1]
+    assert all(len(texts) == 2 for texts in got[0][1][:4]) and got[0][1][4] == []
+
+
+def test_hf_decision_probs_equal_a_full_pass_per_head():
+    """ThinkPRM's solution-level decision read teacher-forced: P(yes) / (P(yes) + P(no)) over
+    the words' first tokens as the next token after prompt + head, against one whole pass per
+    head; words that begin with the same token read None."""
+    torch = pytest.importorskip("torch")
+    import tiny
+    from prmkit.generate.hf import HFGenConfig, HFGenerator, encode_prompt
+    from prmkit.verify.hf import HFVerifier
+
+    torch.set_num_threads(1)
+    tok, model = tiny.tokenizer(), tiny.causal_lm()
+    backend = HFVerifier(HFGenerator(model, tok, HFGenConfig(dtype="float32")))
+    prompt = T.whole_prompt(T.get_template("plain"), T.chat_of(tok, T.get_template("plain"), "m"),
+                            PROBLEM, STEPS)
+    heads = ["Step 1: ok \\boxed{correct}\nIs the solution correct?",
+             "a longer one, Step 1: \\boxed{incorrect}, and so on\nIs the solution correct?"]
+    got = backend.decision_probs(prompt, heads, ("Yes", "No"))
+    yes, no = backend.first_token("Yes"), backend.first_token("No")
+    assert yes != no
+    assert backend.first_token(" Yes") == backend.first_token(" No")   # this tokenizer's space
+    assert backend.decision_probs(prompt, heads, (" Yes", " No")) == [None, None]
+    p_ids = encode_prompt(tok, prompt)
+    for head, value in zip(heads, got):
+        ids = p_ids + tok(head, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, -1].float()
+        assert value == pytest.approx(torch.softmax(logits[[yes, no]], 0)[0].item(), abs=1e-5)
+    assert got[0] != got[1]

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from prmkit.records import Record
+from prmkit.verify.templates import THINKPRM_END
 from prmkit.verify.verdicts import parse_whole
 
 SOURCES = ("labels", "lab", "teacher")
 TEMPLATES = ("thinkprm", "plain")   # the templates that verify a whole solution at once
-END = "Is the solution correct?"
+END = THINKPRM_END
 
 
 @dataclass

@@ -30,14 +30,28 @@ class HFVerifier:
 
     def sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
                temperature: float, seed: int | None) -> list[Sample]:
+        return self.sample_many([prompt], n, stop, max_tokens, temperature, seed)[0]
+
+    def sample_many(self, prompts: Sequence[str], n: int, stop: Sequence[str], max_tokens: int,
+                    temperature: float, seed: int | None) -> list[list[Sample]]:
+        """The generator's batches (:class:`prmkit.generate.hf.HFGenerator`: sample k of a prompt
+        seeded from (seed, prompt, k), as alone); a prompt with no room left scores nothing."""
         limit = self.gen.max_positions
-        if limit is not None and len(self.gen.encode(prompt)) >= limit:
-            return [Sample("", "length", 0) for _ in range(n)]   # no room: counted as cut
-        [outs] = self.gen.generate([prompt], n, list(stop), max_tokens, temperature, 1.0, seed)
-        length = outs[0].prompt_tokens if outs else 0
-        self.stats.prompt_tokens += length
-        self.stats.prompt_tokens_saved += length * (n - 1)
-        return [Sample(o.text, o.finish_reason, o.n_tokens) for o in outs]
+        fits = [limit is None or len(self.gen.encode(p)) < limit for p in prompts]
+        room = [p for p, ok in zip(prompts, fits) if ok]
+        made = iter(self.gen.generate(room, n, list(stop), max_tokens, temperature, 1.0, seed)
+                    if room else [])
+        out = []
+        for ok in fits:
+            if not ok:
+                out.append([Sample("", "length", 0) for _ in range(n)])   # counted as cut
+                continue
+            outs = next(made)
+            length = outs[0].prompt_tokens if outs else 0
+            self.stats.prompt_tokens += length
+            self.stats.prompt_tokens_saved += length * (n - 1)
+            out.append([Sample(o.text, o.finish_reason, o.n_tokens) for o in outs])
+        return out
 
     def first_token(self, word: str) -> int:
         return int(self.tokenizer(word, add_special_tokens=False)["input_ids"][0])
@@ -87,6 +101,44 @@ class HFVerifier:
                 row.append(float(pair[0]))
             out.append(row)
         return out
+
+
+    def decision_probs(self, prompt: str, heads: Sequence[str],
+                       words: tuple[str, str]) -> list[float | None]:
+        """Read teacher-forced: the prompt once into a key-value cache, repeated for the heads,
+        then the heads in one right-padded pass, each read at its last token; None for every
+        head where the two words begin with the same token."""
+        torch = self.gen.torch
+        from transformers import DynamicCache
+
+        yes, no = self.first_token(words[0]), self.first_token(words[1])
+        if yes == no or not heads:
+            return [None] * len(heads)
+        prompt_ids = encode_prompt(self.tokenizer, prompt)
+        rows = [self.tokenizer(h, add_special_tokens=False)["input_ids"] for h in heads]
+        k, width = len(rows), max(1, max(len(r) for r in rows))
+        self.stats.prompt_tokens += len(prompt_ids)
+        self.stats.prompt_tokens_saved += len(prompt_ids) * (k - 1)
+        device = self.gen.device
+        params = inspect.signature(self.gen.model.forward).parameters
+        kw = "cache" if "cache" in params else "past_key_values"
+        ids = torch.full((k, width), self.gen.pad_id, dtype=torch.long)
+        mask = torch.zeros((k, len(prompt_ids) + width), dtype=torch.long)
+        mask[:, :len(prompt_ids)] = 1
+        for r, row in enumerate(rows):
+            ids[r, :len(row)] = torch.tensor(row, dtype=torch.long)
+            mask[r, len(prompt_ids):len(prompt_ids) + len(row)] = 1
+        with torch.inference_mode():
+            cache = DynamicCache(config=self.gen.model.config)
+            self.gen.model(input_ids=torch.tensor([prompt_ids], device=device), **{kw: cache},
+                           use_cache=True)
+            cache.batch_repeat_interleave(k)
+            positions = torch.arange(len(prompt_ids), len(prompt_ids) + width).expand(k, -1)
+            logits = self.gen.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                    position_ids=positions.to(device), **{kw: cache},
+                                    use_cache=True).logits.float()
+        return [float(torch.softmax(logits[r, len(row) - 1][[yes, no]], 0)[0]) if row else None
+                for r, row in enumerate(rows)]
 
 
 def load_hf_verifier(model: str, dtype: str = "auto", device: str = "cpu",

@@ -21,7 +21,7 @@ from prmkit.generate.base import sample_seed
 from prmkit.generate.openai import OpenAIConfig, OpenAIGenerator, read_completion
 from prmkit.verify.prm import GenStats, Sample, verdict_row
 
-TOP_LOGPROBS = 5
+TOP_LOGPROBS = 20   # GenPRM's genprm_inference.py reads 20 alternatives
 
 
 # llama.cpp's servers sample with a repeat penalty (llama-cpp-python's default 1.1) that the
@@ -68,7 +68,27 @@ class OpenAIVerifier:
 
     def verdict_probs(self, prompt: str, samples: Sequence[Sample], words: tuple[str, str],
                       ats: Sequence[Sequence[int]]) -> list[list[float | None]]:
-        firsts = [self.tokenizer.decode(self.tokenizer(w, add_special_tokens=False)["input_ids"][:1])
-                  for w in words]
-        return [verdict_row(*sample.data, at, firsts[0], firsts[1])
-                for sample, at in zip(samples, ats)]
+        yes, no = self._firsts(words)
+        return [verdict_row(*sample.data, at, yes, no) for sample, at in zip(samples, ats)]
+
+    def decision_probs(self, prompt: str, heads: Sequence[str],
+                       words: tuple[str, str]) -> list[float | None]:
+        """One greedy token after ``prompt + head`` per head, read from its top logprobs."""
+        yes, no = self._firsts(words)
+        bodies = [{"model": self.config.model, "prompt": prompt + head, "n": 1, "max_tokens": 1,
+                   "temperature": 0.0, "logprobs": TOP_LOGPROBS, **NO_PENALTY, **self.config.extra}
+                  for head in heads]
+        with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool:
+            answers = list(pool.map(self.client.post, bodies))
+        out = []
+        for answer in answers:
+            texts, tops = self._logprobs(answer)
+            self.stats.prompt_tokens += int((answer.get("usage") or {}).get("prompt_tokens") or 0)
+            out.append(verdict_row(texts[:1], tops[:1], [0], yes, no)[0] if texts else None)
+        return out
+
+    def _firsts(self, words: tuple[str, str]) -> tuple[str, str]:
+        """The two words' first tokens as the server's alternatives name them."""
+        a, b = (self.tokenizer.decode(self.tokenizer(w, add_special_tokens=False)["input_ids"][:1])
+                for w in words)
+        return a, b

@@ -7,7 +7,12 @@ P(yes) / (P(yes) + P(no)) at the verdict token where the backend gives log-proba
 (ThinkPRM's and GenPRM's score), else 1 or 0; a step's score is the mean over the verifications
 that score it. A verification that hits ``max_new_tokens``, or holds no verdict, scores nothing
 and is counted (:class:`GenStats`). Sample k of a prompt is seeded from (seed, prompt, k), so a
-resumed run gives what an unbroken one gives.
+resumed run gives what an unbroken one gives. K samples' mean is GenPRM's Maj@K
+(``genprm_inference.py``: ``inference`` averages the K rewards). A whole verification also
+gives ThinkPRM's solution-level P(yes) after ``Is the solution correct?``
+(:meth:`GenerativePRM.outcome_of`).
+A backend that samples several prompts at once (:class:`SamplesMany`) gets the whole
+verifications of up to :data:`BATCH` solutions with as many steps in one call.
 
 A backend (:class:`VerifierBackend`) samples and reads verdict probabilities; the problem and
 solution prompt is encoded once for its K samples where the backend allows it
@@ -19,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from prmkit.progress import note
 from prmkit.verify import templates as T
@@ -48,6 +53,23 @@ class VerifierBackend(Protocol):
                       ats: Sequence[Sequence[int]]) -> list[list[float | None]]:
         """P(words[0]) / (P(words[0]) + P(words[1])) at each char offset ``ats[s]`` of each
         sample's text (where its verdict word starts); None where it cannot be read."""
+        ...
+
+    def decision_probs(self, prompt: str, heads: Sequence[str],
+                       words: tuple[str, str]) -> list[float | None]:
+        """P(words[0]) / (P(words[0]) + P(words[1])) over the first tokens of the two words as
+        the next token after ``prompt + head``, for each head; None where it cannot be read."""
+        ...
+
+
+@runtime_checkable
+class SamplesMany(Protocol):
+    """A backend that samples the verifications of several prompts in one batch."""
+
+    def sample_many(self, prompts: Sequence[str], n: int, stop: Sequence[str], max_tokens: int,
+                    temperature: float, seed: int | None) -> list[list[Sample]]:
+        """``n`` verifications of each prompt, as :meth:`VerifierBackend.sample` gives them for
+        that prompt alone (the same seeds), up to the rounding of a padded batch."""
         ...
 
 
@@ -81,6 +103,8 @@ class GenStats:
                    + (", or raise --max-new-tokens" if self.capped else "")))
 
 
+DECISION = (" Yes", " No")   # ThinkPRM's decision words, the next token after its question
+BATCH = 8   # solutions whose whole verifications a batching backend samples together
 SAMPLING_DEFAULTS = {"samples": 1, "max_new_tokens": 1024, "temperature": 0.7}
 
 
@@ -148,6 +172,7 @@ class GenerativePRM:
         self.words = tuple(template.verdicts.split(","))
         self.format = template   # what scoring.describe() names
         self.written: dict[tuple[str, tuple[str, ...]], list[str]] = {}   # see verifications_of
+        self.outcomes: dict[tuple[str, tuple[str, ...]], float | None] = {}   # see outcome_of
         self.model = getattr(backend, "model", None)   # and its dtype, where it runs here
 
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
@@ -158,6 +183,10 @@ class GenerativePRM:
         """``(index, step_scores)`` of each solution as it finishes, in order. The texts of
         this call's verifications are kept until the next call (:meth:`verifications_of`)."""
         self.written.clear()   # a long-lived PRM (serve, search) keeps one call's texts at most
+        self.outcomes.clear()
+        if not self.template.per_step and isinstance(self.backend, SamplesMany):
+            yield from self._score_batched(problems, steps)
+            return
         for i, (problem, solution) in enumerate(zip(problems, steps)):
             start = time.time()
             if not solution:
@@ -170,6 +199,26 @@ class GenerativePRM:
             self.stats.seconds += time.time() - start
             yield i, scores
 
+    def _score_batched(self, problems: Sequence[str], steps: Sequence[Sequence[str]],
+                       ) -> Iterator[tuple[int, list[float | None]]]:
+        """Whole verifications sampled :data:`BATCH` solutions at a time, solutions with as
+        many steps together (they stop at the same ``Step N+1:``); yielded as each batch ends."""
+        by_length: dict[int, list[int]] = {}
+        for i, solution in enumerate(steps):
+            by_length.setdefault(len(solution), []).append(i)
+        for n_steps, todo in sorted(by_length.items()):
+            for at in range(0, len(todo), BATCH):
+                part = todo[at:at + BATCH]
+                start = time.time()
+                if n_steps == 0:
+                    done: list[list[float | None]] = [[] for _ in part]
+                else:
+                    done = self._score_whole_many([problems[i] for i in part],
+                                                  [list(steps[i]) for i in part])
+                self.stats.solutions += len(part)
+                self.stats.seconds += time.time() - start
+                yield from zip(part, done)
+
     @staticmethod
     def _key(problem: str, steps: Sequence[str]) -> tuple[str, tuple[str, ...]]:
         return problem, tuple(steps)
@@ -180,6 +229,14 @@ class GenerativePRM:
         with the same problem and steps get the same texts (their prompts, and so their seeded
         samples, are the same)."""
         return list(self.written.get(self._key(problem, steps), []))
+
+    def outcome_of(self, problem: str, steps: Sequence[str]) -> float | None:
+        """The solution-level score of a whole verification (``thinkprm``, ``plain``) of this
+        solution in this PRM's last call: ThinkPRM's P(yes) after ``Is the solution correct?``,
+        the mean over its verifications (``prm/thinkprm_api.py``: the verification, then the
+        question, then the yes/no decision's probability); None for ``genprm`` or where none
+        can be read."""
+        return self.outcomes.get(self._key(problem, steps))
 
     def _sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
                 seed: int) -> list[Sample]:
@@ -204,7 +261,28 @@ class GenerativePRM:
     def _score_whole(self, problem: str, steps: list[str]) -> list[float | None]:
         """ThinkPRM and plain: K verifications of the whole solution."""
         prompt, samples = self._whole_samples(problem, steps)
+        return self._read_whole(problem, steps, prompt, samples)
+
+    def _score_whole_many(self, problems: Sequence[str], steps: Sequence[list[str]],
+                          ) -> list[list[float | None]]:
+        """:meth:`_score_whole` of solutions with as many steps, sampled in one batch."""
+        assert isinstance(self.backend, SamplesMany)
+        prompts = [self._whole_prompt(p, s) for p, s in zip(problems, steps)]
+        n = self.config.samples
+        batch = self.backend.sample_many(prompts, n, T.whole_stops(len(steps[0])),
+                                         self.config.max_new_tokens, self.config.temperature,
+                                         self.config.verifier_seed)
+        self.stats.tokens_generated += sum(s.n_tokens for row in batch for s in row)
+        note(verifications=self.stats.samples + n * len(prompts), parsed=self.stats.parsed,
+             tokens=self.stats.tokens_generated)
+        return [self._read_whole(p, s, prompt, samples)
+                for p, s, prompt, samples in zip(problems, steps, prompts, batch)]
+
+    def _read_whole(self, problem: str, steps: list[str], prompt: str,
+                    samples: Sequence[Sample]) -> list[float | None]:
+        """The step scores of one solution's whole verifications ``samples`` of ``prompt``."""
         self.written[self._key(problem, steps)] = [s.text for s in samples]
+        self.outcomes[self._key(problem, steps)] = self._outcome(prompt, samples, len(steps))
         kept: list[tuple[Sample, list[Verdict | None]]] = []
         for s in samples:
             verdicts = parse_whole(s.text, len(steps))
@@ -219,6 +297,24 @@ class GenerativePRM:
             it = iter(p)
             values.append(step_values(verdicts, [None if v is None else next(it) for v in verdicts]))
         return combine(values, len(steps))
+
+    def _outcome(self, prompt: str, samples: Sequence[Sample], n_steps: int) -> float | None:
+        """ThinkPRM's solution-level P(yes) (:meth:`outcome_of`) over the verifications that
+        did not hit the token cap: each, without the stop string it ended at, then the
+        question ``Is the solution correct?`` on a line of its own; the next token is read."""
+        heads = []
+        for s in samples:
+            if s.finish_reason == "length":
+                continue
+            body = s.text
+            for stop in T.whole_stops(n_steps):
+                if body.endswith(stop):
+                    body = body[:-len(stop)]
+                    break
+            heads.append(body.rstrip() + "\n" + T.THINKPRM_END)
+        got = [p for p in (self.backend.decision_probs(prompt, heads, DECISION) if heads else [])
+               if p is not None]
+        return sum(got) / len(got) if got else None
 
     def _score_per_step(self, problem: str, steps: list[str]) -> list[float | None]:
         """GenPRM: K chains, each verifying step k in its own turn after its own earlier
@@ -275,18 +371,22 @@ class GenerativePRM:
 
     def _whole_samples(self, problem: str, steps: list[str]) -> tuple[str, list[Sample]]:
         """The prompt of a whole verification of ``steps`` and its ``samples`` verifications."""
-        prompt = T.whole_prompt(self.template, self.chat, problem,
-                                T.shown(steps, self.calculator))
+        prompt = self._whole_prompt(problem, steps)
         return prompt, self._sample(prompt, self.config.samples, T.whole_stops(len(steps)),
                                     self.config.max_new_tokens, self.config.verifier_seed)
+
+    def _whole_prompt(self, problem: str, steps: Sequence[str]) -> str:
+        return T.whole_prompt(self.template, self.chat, problem, T.shown(steps, self.calculator))
 
 
 def verdict_row(texts: Sequence[str], tops: Sequence[Mapping[Any, float]], at: Sequence[int],
                 yes: Any, no: Any) -> list[float | None]:
     """P(yes) / (P(yes) + P(no)) of one sample from a backend's top logprobs, at the token
     where each verdict word starts (``at``: character offsets in the sample's text, whose
-    tokens are ``texts``); None where no token starts there or a word is not among the
-    alternatives. ``yes`` and ``no`` are the keys the backend's alternatives use."""
+    tokens are ``texts``); ``yes`` and ``no`` are the keys the backend's alternatives use. Where
+    one word is among the alternatives and the other is not, the other's log-probability is
+    taken as the least listed, a bound on it (GenPRM's ``get_reward_score``); None where no
+    token starts there or neither word is listed."""
     starts: dict[int, int] = {}
     pos = 0
     for i, t in enumerate(texts):
@@ -296,8 +396,9 @@ def verdict_row(texts: Sequence[str], tops: Sequence[Mapping[Any, float]], at: S
     for a in at:
         i = starts.get(a)
         top = tops[i] if i is not None and i < len(tops) else {}
-        if yes in top and no in top and yes != no:
-            p, q = math.exp(top[yes]), math.exp(top[no])
+        if (yes in top or no in top) and yes != no:
+            least = min(top.values())
+            p, q = math.exp(top.get(yes, least)), math.exp(top.get(no, least))
             row.append(p / (p + q))
         else:
             row.append(None)

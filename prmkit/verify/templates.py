@@ -39,6 +39,7 @@ THINKPRM_INSTRUCTION = ("Review and critique each step in the proposed solution 
 THINKPRM_LAYOUT = ("You are given a math problem and a proposed step-by-step solution:\n\n"
                    "[Math Problem]\n\n{problem}\n\n[Solution]\n\n{solution}\n\n{instruction}")
 THINKPRM_START = "\nLet's verify step by step:"
+THINKPRM_END = "Is the solution correct?"   # the question before the solution-level decision
 PLAIN_INSTRUCTION = ("Check each step in order. For each step write 'Step i:', a short check of "
                      "that step, and end with \\boxed{correct} if the step is correct or "
                      "\\boxed{incorrect} if it is not. Stop after the first incorrect step.")
@@ -133,7 +134,7 @@ def whole_prompt(template: Template, chat: Chat | None, problem: str,
 def whole_stops(n_steps: int) -> list[str]:
     """Where a whole verification stops: ThinkPRM's stop patterns, and the first step that
     does not exist."""
-    return ["Is the solution correct?", "</think>", f"Step {n_steps + 1}:"]
+    return [THINKPRM_END, "</think>", f"Step {n_steps + 1}:"]
 
 
 def genprm_prompt(chat: Chat, eos: str, problem: str, steps: Sequence[str],

@@ -20,7 +20,7 @@ from prmkit.generate.base import sample_seed
 from prmkit.generate.hf import encode_prompt
 from prmkit.verify.prm import GenStats, Sample, verdict_row
 
-TOP_LOGPROBS = 5
+TOP_LOGPROBS = 20   # GenPRM's genprm_inference.py reads 20 alternatives
 
 
 class VLLMVerifier:
@@ -59,6 +59,21 @@ class VLLMVerifier:
                       ats: Sequence[Sequence[int]]) -> list[list[float | None]]:
         yes, no = (self.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in words)
         return [verdict_row(*sample.data, at, yes, no) for sample, at in zip(samples, ats)]
+
+    def decision_probs(self, prompt: str, heads: Sequence[str],
+                       words: tuple[str, str]) -> list[float | None]:
+        """One greedy token after ``prompt + head`` per head, read from its top logprobs."""
+        yes, no = (self.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in words)
+        ids = encode_prompt(self.tokenizer, prompt)
+        rows = [ids + self.tokenizer(h, add_special_tokens=False)["input_ids"] for h in heads]
+        params = self.SamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=TOP_LOGPROBS)
+        outs = self.llm.generate([{"prompt_token_ids": r} for r in rows], params, use_tqdm=False)
+        got = []
+        for o in outs:
+            lps = o.outputs[0].logprobs
+            top = {i: v.logprob for i, v in lps[0].items()} if lps else {}
+            got.append(verdict_row([""], [top], [0], yes, no)[0] if top else None)
+        return got
 
 
 def load_vllm_verifier(model: str, dtype: str = "auto") -> VLLMVerifier:
