@@ -153,7 +153,6 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
     :func:`open_scorer`).
     """
     from prmkit.progress import progress
-    from prmkit.verify.prm import GenerativePRM
 
     if chunk is not None and chunk < 1:
         raise PrmkitError(f"--chunk must be positive, got {chunk}")
@@ -194,11 +193,7 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
                 rec.meta["outcome_score"] = scores[-1]
             else:
                 rec.step_scores = scores
-            if isinstance(prm, GenerativePRM):   # what the verifier wrote, kept with the record
-                rec.meta["verifications"] = prm.verifications_of(rec.problem, rec.steps)
-                outcome = prm.outcome_of(rec.problem, rec.steps)   # ThinkPRM's P(yes)
-                if outcome is not None:
-                    rec.meta["outcome_score"] = outcome
+            keep_written(prm, rec)
             if writer is not None:
                 writer.write(rec)
             bar.update(1)
@@ -212,6 +207,18 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
               f"steps have null scores", file=sys.stderr)
     described = tally.described if ray is not None else (describe(prm) if prm is not None else None)
     return ScoreResult(prm, len(records) - len(todo), truncated, tally.sharing, described, seconds)
+
+
+def keep_written(prm: Any, rec: Record) -> None:
+    """What a generative PRM wrote when it scored ``rec`` (its verifications' texts, and a
+    whole verification's solution-level score, ThinkPRM's P(yes)), kept in ``rec.meta``."""
+    from prmkit.verify.prm import GenerativePRM
+
+    if isinstance(prm, GenerativePRM):
+        rec.meta["verifications"] = prm.verifications_of(rec.problem, rec.steps)
+        outcome = prm.outcome_of(rec.problem, rec.steps)
+        if outcome is not None:
+            rec.meta["outcome_score"] = outcome
 
 
 @dataclass
@@ -249,6 +256,7 @@ def score_batch(records: list[Record], prm: PRM, per_prefix: bool = False,
     for rec, scores in _scored(prm, records, per_prefix, len(records),
                                sharing if sharing is not None and not sharing.off else None):
         rec.step_scores = scores
+        keep_written(prm, rec)
         yield rec
     yield {"truncated": prm.stats.truncated_solutions - before, "sharing": sharing,
            "described": describe(prm), "times": [start, time.time()]}
@@ -264,7 +272,11 @@ def _scored_on_ray(make_prm: Any, todo: list[Record], per_prefix: bool, chunk: i
     given = {r.id: r for r in todo}
     work = functools.partial(score_batch, per_prefix=per_prefix, share=share)
     for rec in ray_stream(make_prm, work, batches(todo, chunk or 64, share), ray, tally.add):
-        yield given[rec.id], rec.step_scores
+        mine = given[rec.id]
+        for key in WRITTEN_META:   # what a generative PRM wrote on the worker
+            if key in rec.meta:
+                mine.meta[key] = rec.meta[key]
+        yield mine, rec.step_scores
 
 
 def _scored(prm: PRM, todo: list[Record], per_prefix: bool, chunk: int | None,

@@ -302,3 +302,16 @@ def test_scoring_keeps_the_texts_and_the_solution_level_score_with_each_record()
     assert rec.meta["verifications"] == [THINK_WRONG]
     assert rec.meta["outcome_score"] == pytest.approx(0.2)
     assert rec.step_scores == [0.75, 0.25, 0.25]
+
+
+def test_a_ray_worker_keeps_what_the_verifier_wrote_with_each_record():
+    """``--ray``: each worker's records carry the texts and the solution-level score (the
+    driver copies them from the records it gets back)."""
+    from prmkit.records import Record
+    from prmkit.scoring import score_batch
+
+    rec = Record(id="a", problem=PROBLEM, steps=list(STEPS))
+    prm = prm_for("thinkprm", Scripted([(THINK_OK, "eos")]), 1)
+    [got, note] = list(score_batch([rec], prm))
+    assert got.meta["verifications"] == [THINK_OK] and got.meta["outcome_score"] == pytest.approx(0.9)
+    assert "described" in note
