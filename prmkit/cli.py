@@ -137,7 +137,8 @@ def _add_score(sub: Any) -> None:
                              "exact comparisons",
                           "cut solutions to this many tokens (default: the model's maximum)")
     add_outside(p, "--chunk", type=int, default=64,
-                help="records scored between two writes of the partial output")
+                help="records scored together (a PRM that streams, such as a generative one, "
+                     "writes each to the partial output as it finishes)")
     add_outside(p, "--no-resume", action="store_true",
                 help="ignore OUT.partial from an earlier run and start again")
     add_scale_options(p)

@@ -142,8 +142,9 @@ def score_records(records: Sequence[Record], prm: Any, out: str | None = None, r
     ``out`` as they finish when given.
 
     ``kind`` ``orm`` writes the score of a solution's end to ``meta.outcome_score``;
-    ``per_prefix`` uses the slow reference scoring. Records are scored ``chunk`` at a time,
-    longest first; with ``chunk=None`` a PRM's ``score_iter`` streams every batch as it ends.
+    ``per_prefix`` uses the slow reference scoring. Records are scored ``chunk`` at a time
+    (all at once with None), longest first; a PRM with ``score_iter`` gives each batch of a
+    chunk as it ends, and each record is written as it comes.
     ``share_prefix``: records with a ``group`` are scored on their group's shared prefix
     (the module docstring); what it computed and saved is the result's ``sharing``.
     With ``out``, ``header`` (the command and its whole identity, :mod:`prmkit.resume`) is the
@@ -291,10 +292,11 @@ def _scored(prm: PRM, todo: list[Record], per_prefix: bool, chunk: int | None,
             yield from zip(part, score_shared(prm, [r.problem for r in part], [r.steps for r in part],
                                               [r.group for r in part], sharing))
         return
-    if chunk is None and not per_prefix and isinstance(prm, StreamingPRM):
-        # batches come back as they finish (longest first); each is written at once
-        for i, scores in prm.score_iter([r.problem for r in todo], [r.steps for r in todo]):
-            yield todo[i], scores
+    if not per_prefix and isinstance(prm, StreamingPRM):
+        # within a chunk, batches come back as they finish; each is written at once
+        for part in batches(todo, chunk, False):
+            for i, scores in prm.score_iter([r.problem for r in part], [r.steps for r in part]):
+                yield part[i], scores
         return
     score: Callable[..., Any] = prm.score_per_prefix if per_prefix else prm.score
     for part in batches(todo, chunk, False):

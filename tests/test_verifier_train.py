@@ -3,6 +3,7 @@ training examples on SmolLM2's real tokenizer, the refusals, and a trained folde
 ``score --backend generative`` opens with no --format."""
 
 import json
+import math
 
 import pytest
 
@@ -261,3 +262,31 @@ def test_teacher_chains_are_kept_only_where_they_agree_with_the_labels(tmp_path)
     assert 0 < len(agreeing) < len(recs)      # the filter kept some and dropped some
     for c in chains:
         assert C.agrees(c.text, C.known_labels(c.record), 3)
+
+
+def test_the_verdict_tokens_weigh_more_in_the_token_loss(tokenizer_smollm2):
+    """The tokens where a verdict word starts (each step's correct or incorrect, the closing
+    Yes or No) weigh --verdict-weight in the loss, every other chain token 1; the loss is the
+    weighted mean, worked by hand on two tokens."""
+    import torch
+
+    from prmkit.train.verifier import TokenObjective, examples_of
+    from prmkit.verify import templates as T
+
+    rec = Record(id="a", problem="What is 2 + 3?", steps=["2 + 3 = 6.", "The answer is 6."])
+    text = C.chain_text([("2 + 3 = 6.", False)])
+    [ex], _ = examples_of([C.Chain(rec, text)], tokenizer_smollm2, T.get_template("thinkprm"),
+                          4096, False, verdict_weight=10.0)
+    heavy = [tokenizer_smollm2.decode([int(t)]) for t, w in zip(ex.targets, ex.weights) if w == 10.0]
+    first = tokenizer_smollm2.decode(tokenizer_smollm2("incorrect", add_special_tokens=False)
+                                     ["input_ids"][:1])
+    assert [h.strip() for h in heavy] == [first, "No"], heavy   # the word's first token
+    assert sum(ex.weights) == len(ex.targets) - 2 + 20.0
+    [plain], _ = examples_of([C.Chain(rec, text)], tokenizer_smollm2, T.get_template("thinkprm"),
+                             4096, False)
+    assert set(plain.weights) == {1.0}
+    objective = TokenObjective.__new__(TokenObjective)
+    logits = torch.log(torch.tensor([[0.5, 0.5], [0.9, 0.1]]))
+    two = type(ex)([0, 0, 1], [0, 1], [0.0, 0.0], weights=[1.0, 3.0])
+    want = (-math.log(0.5) + 3 * -math.log(0.9)) / 4
+    assert float(objective.loss(logits, [two], "cpu")) == pytest.approx(want)

@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -30,6 +31,7 @@ from prmkit.verify import templates as T
 # The loop's defaults for a verifier on a CPU: the last 4 layers (with --cache-frozen the 26
 # below run once), 3 epochs at lr 1e-3, batches of 8,192 tokens.
 VERIFIER_LOOP = {"last_k": 4, "epochs": 3, "lr": 1e-3, "batch_tokens": 8192}
+VERDICT_WEIGHT = 10.0
 
 
 @dataclass(kw_only=True)
@@ -71,6 +73,11 @@ class VerifierTrainConfig(TrainConfig):
         "help": "--chains teacher: chains sampled per record; the first that agrees is kept"})
     teacher_max_new_tokens: int = field(default=512, metadata={
         "help": "--chains teacher: the most tokens of one chain"})
+    verdict_weight: float = field(default=VERDICT_WEIGHT, metadata={
+        "help": "the weight of each verdict's token in the token loss (a step's correct or "
+                "incorrect, the closing Yes or No), the chain's other tokens weighing 1: the "
+                "verdicts are a few tokens among the reviews they follow; 1: plain SFT, "
+                "ThinkPRM's loss"})
     max_length: int = field(default=1024, metadata={
         "help": "a prompt and chain longer than this (tokens) are left out"})
     cache_frozen: bool = field(default=True, metadata={
@@ -98,6 +105,8 @@ class VerifierTrainConfig(TrainConfig):
         if self.loop.head_lr is not None:
             raise PrmkitError("--head-lr: a verifier has no classification head (it writes its "
                               "verdicts through the LM head); use --lr")
+        if self.verdict_weight <= 0:
+            raise PrmkitError(f"--verdict-weight must be positive, got {self.verdict_weight}")
         if self.teacher_samples < 1 or self.teacher_max_new_tokens < 1:
             raise PrmkitError("--teacher-samples and --teacher-max-new-tokens must be positive")
 
@@ -144,11 +153,28 @@ def make_chains(cfg: VerifierTrainConfig, records: Sequence[Record]) -> tuple[li
     return out, counts
 
 
+@dataclass
+class ChainExample(Example):
+    """A chain's training sequence, with the weight of each target in the token loss."""
+
+    weights: list[float] = field(default_factory=list)
+
+
+def verdict_offsets(text: str) -> list[int]:
+    """Where each verdict word of a chain starts: after each ``\\boxed{``, and the closing
+    ``Yes`` or ``No`` (its space included, as it is tokenised)."""
+    out = [m.end() for m in re.finditer(r"\\boxed\{", text)]
+    tail = re.search(r"\s(Yes|No)\s*$", text)
+    return out + ([tail.start()] if tail else [])
+
+
 def examples_of(chains: Sequence[C.Chain], tokenizer: Any, template: T.Template,
-                max_length: int, calculator: bool) -> tuple[list[Example], int]:
+                max_length: int, calculator: bool,
+                verdict_weight: float = 1.0) -> tuple[list[ChainExample], int]:
     """One training example per chain: the prompt's ids (the steps with the calculator's
     notes where ``calculator``), then the chain's and the end token; read at every position
-    that predicts a chain token. And how many were too long."""
+    that predicts a chain token, the token where a verdict word starts weighing
+    ``verdict_weight`` and the others 1. And how many were too long."""
     chat = T.chat_of(tokenizer, template, "--base")
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     out, long = [], 0
@@ -156,13 +182,18 @@ def examples_of(chains: Sequence[C.Chain], tokenizer: Any, template: T.Template,
         text = T.whole_prompt(template, chat, c.record.problem,
                               T.shown(c.record.steps, calculator))
         prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
-        answer = tokenizer(c.text, add_special_tokens=False)["input_ids"] + eos
-        ids = prompt + answer
+        enc = tokenizer(c.text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = prompt + list(enc["input_ids"]) + eos
         if len(ids) > max_length:
             long += 1
             continue
         reads = list(range(len(prompt) - 1, len(ids) - 1))
-        out.append(Example(ids, reads, [float(ids[p + 1]) for p in reads]))
+        weights = [1.0] * len(reads)
+        for at in verdict_offsets(c.text):   # the chain token holding the word's first char
+            j = next((k for k, (s, e) in enumerate(enc["offset_mapping"]) if s <= at < e), None)
+            if j is not None:
+                weights[j] = verdict_weight
+        out.append(ChainExample(ids, reads, [float(ids[p + 1]) for p in reads], weights=weights))
     return out, long
 
 
@@ -189,7 +220,8 @@ class TokenReader:
 
 
 class TokenObjective:
-    """The mean cross-entropy of the chain tokens of a batch (the loop's ``objective``)."""
+    """The cross-entropy of the chain tokens of a batch, their weighted mean (each
+    :class:`ChainExample`'s ``weights``; 1 each without) (the loop's ``objective``)."""
 
     def __init__(self, model: Any, pad: int):
         self.reader, self.pad = TokenReader(model), pad
@@ -198,13 +230,20 @@ class TokenObjective:
         import torch
 
         target = torch.tensor([int(t) for e in seqs for t in e.targets], device=device)
-        return torch.nn.functional.cross_entropy(logits.float(), target)
+        weight = torch.tensor([w for e in seqs for w in weights_of(e)], device=device)
+        each = torch.nn.functional.cross_entropy(logits.float(), target, reduction="none")
+        return (each * weight).sum() / weight.sum()
 
     def __call__(self, seqs: list[Example], device: Any, via: Any) -> Any:
         from prmkit.train.common import read_logits
 
         # right padding on a causal model: the mask can be dropped (exact)
         return self.loss(read_logits(self.reader, seqs, self.pad, True, device, via), seqs, device)
+
+
+def weights_of(e: Example) -> list[float]:
+    """A sequence's weight of each target: its own where it has them, else 1 each."""
+    return e.weights if isinstance(e, ChainExample) and e.weights else [1.0] * len(e.targets)
 
 
 def dev_loss(objective: Any, model: Any, examples: Sequence[Example]) -> float:
@@ -219,10 +258,11 @@ def dev_loss(objective: Any, model: Any, examples: Sequence[Example]) -> float:
     model.eval()
     try:
         with torch.inference_mode():
-            total = sum(float(objective([e], device, None)) * len(e.targets) for e in examples)
+            total = sum(float(objective([e], device, None)) * sum(weights_of(e))
+                        for e in examples)
     finally:
         model.train(was)
-    return total / sum(len(e.targets) for e in examples)
+    return total / sum(sum(weights_of(e)) for e in examples)
 
 
 def sampling_of(examples: Sequence[Example]) -> dict[str, Any]:
@@ -264,8 +304,10 @@ def train_verifier(cfg: VerifierTrainConfig) -> list[dict[str, Any]]:
     dev, _ = make_chains(dataclasses.replace(cfg, chains="labels" if cfg.chains == "teacher"
                                              else cfg.chains, teacher=None, teacher_model=None),
                          read_records(cfg.eval_data)) if cfg.eval_data else ([], {})
-    examples, long = examples_of(train, tokenizer, template, cfg.max_length, cfg.calculator)
-    dev_examples, _ = examples_of(dev, tokenizer, template, cfg.max_length, cfg.calculator)
+    examples, long = examples_of(train, tokenizer, template, cfg.max_length, cfg.calculator,
+                                 cfg.verdict_weight)
+    dev_examples, _ = examples_of(dev, tokenizer, template, cfg.max_length, cfg.calculator,
+                                  cfg.verdict_weight)
     print(f"train verifier: {len(examples)} chains from {counts['records']} records "
           f"({counts['unlabelled']} without step labels, {long} longer than --max-length"
           + (f"; the teacher's chains agreed with the labels on {counts['teacher_kept']} of "

@@ -118,7 +118,8 @@ def prm_stage(config: VerifierLabelsConfig, name: str, train: Sequence[Record],
 
 def verifier_stage(config: VerifierLabelsConfig, train: Sequence[Record], test: Sequence[Record],
                    say: Any) -> dict[str, Any]:
-    """4. the verifier trained on ``train`` (prmkit train verifier --chains lab, its defaults),
+    """4. the verifier trained on ``train`` (prmkit train verifier --chains lab, its defaults
+    when the protocol was fixed: the plain token loss, verdict weight 1),
     5. its verifications of the test candidates (resumable, as prmkit score writes them)."""
     from prmkit.records import write_records
     from prmkit.resume import Header
@@ -131,6 +132,7 @@ def verifier_stage(config: VerifierLabelsConfig, train: Sequence[Record], test: 
     write_records(data, list(train))
     folder = os.path.join(config.output, "verifier")
     cfg = VerifierTrainConfig(base=config.base, data=data, output=folder, chains="lab",
+                              verdict_weight=1.0,   # the plain token loss the protocol fixed
                               command="prmkit lab verifier-labels")
     cfg.loop.seed = config.world.seed
     if not os.path.isfile(os.path.join(folder, "done")):
