@@ -315,3 +315,14 @@ def test_a_ray_worker_keeps_what_the_verifier_wrote_with_each_record():
     [got, note] = list(score_batch([rec], prm))
     assert got.meta["verifications"] == [THINK_OK] and got.meta["outcome_score"] == pytest.approx(0.9)
     assert "described" in note
+
+
+def test_each_template_samples_at_its_recipe_s_temperature_unless_told():
+    """GenPRM's genprm_inference.py samples at 0.6, ThinkPRM's thinkprm_api.py at 0.7; a
+    trained folder's saved setting, then --temperature, win over the recipe's."""
+    assert prm_for("genprm", Scripted([]), 1).config.temperature == 0.6
+    assert prm_for("thinkprm", Scripted([]), 1).config.temperature == 0.7
+    assert prm_for("plain", Scripted([]), 1).config.temperature == 0.7
+    genprm = T.get_template("genprm")
+    assert GenConfig().resolved({"temperature": 0.0}, genprm).temperature == 0.0
+    assert GenConfig(temperature=1.0).resolved({"temperature": 0.0}, genprm).temperature == 1.0

@@ -24,7 +24,7 @@ def open_generative(model: str | None, fmt: str | None, config: GenConfig,
                           "`prmkit train verifier`")
     saved = saved_verifier(model)
     template = T.get_template(fmt or saved.get("template") or "plain")   # before the model loads
-    config = config.resolved(saved.get("sampling"))
+    config = config.resolved(saved.get("sampling"), template)
     backend: Any
     if config.server:
         from prmkit.generate.openai import OpenAIConfig

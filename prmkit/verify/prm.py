@@ -120,7 +120,8 @@ class GenConfig:
                 "and is counted; default: the verifier folder's saved setting, else 1024"})
     temperature: float | None = field(default=None, metadata={
         "help": "sampling temperature of the verifications; 0 = greedy; default: the "
-                "verifier folder's saved setting, else 0.7"})
+                "verifier folder's saved setting, else the template's recipe's (thinkprm and "
+                "plain 0.7, genprm 0.6)"})
     verifier_seed: int = field(default=0, metadata={
         "help": "verification k of a prompt is seeded from (this seed, prompt, k)"})
     engine: str = field(default="transformers", metadata={
@@ -146,14 +147,19 @@ class GenConfig:
                               f"--temperature not negative, got {self.samples}, "
                               f"{self.max_new_tokens}, {self.temperature}")
 
-    def resolved(self, saved: Mapping[str, Any] | None = None) -> "GenConfig":
+    def resolved(self, saved: Mapping[str, Any] | None = None,
+                 template: T.Template | None = None) -> "GenConfig":
         """This config with each unset sampling setting taken from ``saved`` (a trained
-        verifier folder's), else from :data:`SAMPLING_DEFAULTS`."""
+        verifier folder's), else from the template's recipe (its temperature), else from
+        :data:`SAMPLING_DEFAULTS`."""
         import dataclasses
 
+        defaults = dict(SAMPLING_DEFAULTS)
+        if template is not None:
+            defaults["temperature"] = template.temperature
         return dataclasses.replace(self, **{
             k: (saved or {}).get(k, v) if getattr(self, k) is None else getattr(self, k)
-            for k, v in SAMPLING_DEFAULTS.items()})
+            for k, v in defaults.items()})
 
 
 class GenerativePRM:
@@ -166,7 +172,7 @@ class GenerativePRM:
         self.template = template
         self.chat = chat
         self.eos = eos
-        self.config = (config or GenConfig()).resolved()   # unset settings: the defaults
+        self.config = (config or GenConfig()).resolved(None, template)   # unset: the defaults
         self.stats = GenStats()
         backend.stats = self.stats   # the backend counts the prompt tokens it reads
         self.words = tuple(template.verdicts.split(","))
