@@ -7,7 +7,8 @@ beside the default PRM (docs/generative-prms.md, "Trained on real data"). Needs 
    problem, all steps correct), each of at most ``--max-steps`` steps, shuffled with ``--seed``.
 2. ``prmkit train verifier --base smollm2-135m --chains labels`` on them (the verdicts alone:
    real problems have no lab world to recompute their steps, and no teacher is reachable here),
-   every other setting at its default.
+   with ``--verdict-weight`` (default 1, the plain token loss the docs' figures were measured
+   with), every other setting at its default.
 3. ``prmkit eval processbench --limit N`` (the first N/2 solutions with an error and N/2
    without, per split) with the verifier (``--backend generative``) and with the default PRM.
 
@@ -79,6 +80,8 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=12)
     p.add_argument("--limit", type=int, default=20, help="ProcessBench solutions per split")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--verdict-weight", type=float, default=1.0,
+                   help="train verifier's --verdict-weight (1: the plain token loss)")
     p.add_argument("--out", default=os.path.join(ROOT, "runs", "real_verifier"))
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -89,7 +92,8 @@ def main() -> None:
     ver = os.path.join(args.out, "verifier")
     pb = os.path.join(shared_data_dir(), "processbench_dev")
     times = {"train": run([prmkit, "train", "verifier", "--base", "smollm2-135m", "--data", train,
-                           "--output", ver, "--chains", "labels"],
+                           "--output", ver, "--chains", "labels",
+                           "--verdict-weight", str(args.verdict_weight)],
                           os.path.join(args.out, "train.log"))}
     for name, model in (("verifier", ["--model", ver, "--backend", "generative"]),
                         ("default", ["--model", "default"])):
