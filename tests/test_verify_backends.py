@@ -230,18 +230,27 @@ def test_killed_generative_run_resumes_to_the_unbroken_output(tmp_path):
                for r in rows)
 
 
-def test_hf_verdict_probs_equal_a_full_pass_per_sample():
+def tiny_backend():
+    """A tiny causal LM as a transformers verifier backend, float32, one thread, and the
+    ``plain`` prompt of the test solution."""
     torch = pytest.importorskip("torch")
     import tiny
-    from prmkit.generate.hf import HFGenConfig, HFGenerator, encode_prompt
+    from prmkit.generate.hf import HFGenConfig, HFGenerator
     from prmkit.verify.hf import HFVerifier
-    from prmkit.verify.prm import Sample
 
     torch.set_num_threads(1)
     tok, model = tiny.tokenizer(), tiny.causal_lm()
     backend = HFVerifier(HFGenerator(model, tok, HFGenConfig(dtype="float32")))
     prompt = T.whole_prompt(T.get_template("plain"), T.chat_of(tok, T.get_template("plain"), "m"),
                             PROBLEM, STEPS)
+    return torch, tok, model, backend, prompt
+
+
+def test_hf_verdict_probs_equal_a_full_pass_per_sample():
+    from prmkit.generate.hf import encode_prompt
+    from prmkit.verify.prm import Sample
+
+    torch, tok, model, backend, prompt = tiny_backend()
     texts = ["Step 1: ok \\boxed{correct}\nStep 2: \\boxed{incorrect}",
              "\\boxed{incorrect} and so on, a longer one: The answer is 5."]
     samples = [Sample(t, "eos", 0) for t in texts]
@@ -457,16 +466,9 @@ def test_hf_decision_probs_equal_a_full_pass_per_head():
     """ThinkPRM's solution-level decision read teacher-forced: P(yes) / (P(yes) + P(no)) over
     the words' first tokens as the next token after prompt + head, against one whole pass per
     head; words that begin with the same token read None."""
-    torch = pytest.importorskip("torch")
-    import tiny
-    from prmkit.generate.hf import HFGenConfig, HFGenerator, encode_prompt
-    from prmkit.verify.hf import HFVerifier
+    from prmkit.generate.hf import encode_prompt
 
-    torch.set_num_threads(1)
-    tok, model = tiny.tokenizer(), tiny.causal_lm()
-    backend = HFVerifier(HFGenerator(model, tok, HFGenConfig(dtype="float32")))
-    prompt = T.whole_prompt(T.get_template("plain"), T.chat_of(tok, T.get_template("plain"), "m"),
-                            PROBLEM, STEPS)
+    torch, tok, model, backend, prompt = tiny_backend()
     heads = ["Step 1: ok \\boxed{correct}\nIs the solution correct?",
              "a longer one, Step 1: \\boxed{incorrect}, and so on\nIs the solution correct?"]
     got = backend.decision_probs(prompt, heads, ("Yes", "No"))

@@ -13,7 +13,7 @@ and its verdict counts as 1 or 0). Each prompt is thus read twice rather than 2K
 from __future__ import annotations
 
 import inspect
-from typing import Sequence
+from typing import Any, Sequence
 
 from prmkit.generate.hf import HFGenerator, encode_prompt
 from prmkit.verify.prm import GenStats, Sample
@@ -56,37 +56,44 @@ class HFVerifier:
     def first_token(self, word: str) -> int:
         return int(self.tokenizer(word, add_special_tokens=False)["input_ids"][0])
 
-    def verdict_probs(self, prompt: str, samples: Sequence[Sample], words: tuple[str, str],
-                      ats: Sequence[Sequence[int]]) -> list[list[float | None]]:
+    def read_after(self, prompt: str, rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
+        """Teacher-forced: the prompt read once into a key-value cache, repeated for ``rows``
+        (token ids that follow it), then the rows in one right-padded pass; the logits after
+        the prompt's last token, and each row's at each of its tokens."""
         torch = self.gen.torch
         from transformers import DynamicCache
 
-        yes, no = self.first_token(words[0]), self.first_token(words[1])
         prompt_ids = encode_prompt(self.tokenizer, prompt)
-        texts = [self.tokenizer(s.text, add_special_tokens=False, return_offsets_mapping=True)
-                 for s in samples]
-        k = len(samples)
-        width = max(1, max(len(t["input_ids"]) for t in texts))
+        k, width = len(rows), max(1, max(len(r) for r in rows))
         self.stats.prompt_tokens += len(prompt_ids)
         self.stats.prompt_tokens_saved += len(prompt_ids) * (k - 1)
         device = self.gen.device
         params = inspect.signature(self.gen.model.forward).parameters
         kw = "cache" if "cache" in params else "past_key_values"
+        ids = torch.full((k, width), self.gen.pad_id, dtype=torch.long)
+        mask = torch.zeros((k, len(prompt_ids) + width), dtype=torch.long)
+        mask[:, :len(prompt_ids)] = 1
+        for r, row in enumerate(rows):
+            ids[r, :len(row)] = torch.tensor(list(row), dtype=torch.long)
+            mask[r, len(prompt_ids):len(prompt_ids) + len(row)] = 1
+        positions = torch.arange(len(prompt_ids), len(prompt_ids) + width).expand(k, -1)
         with torch.inference_mode():
             cache = DynamicCache(config=self.gen.model.config)
             head = self.gen.model(input_ids=torch.tensor([prompt_ids], device=device),
                                   **{kw: cache}, use_cache=True).logits[0, -1].float()
             cache.batch_repeat_interleave(k)
-            ids = torch.full((k, width), self.gen.pad_id, dtype=torch.long)
-            mask = torch.zeros((k, len(prompt_ids) + width), dtype=torch.long)
-            mask[:, :len(prompt_ids)] = 1
-            for r, t in enumerate(texts):
-                ids[r, :len(t["input_ids"])] = torch.tensor(t["input_ids"], dtype=torch.long)
-                mask[r, len(prompt_ids):len(prompt_ids) + len(t["input_ids"])] = 1
-            positions = torch.arange(len(prompt_ids), len(prompt_ids) + width).expand(k, -1)
             logits = self.gen.model(input_ids=ids.to(device), attention_mask=mask.to(device),
                                     position_ids=positions.to(device), **{kw: cache},
                                     use_cache=True).logits.float()
+        return head, logits
+
+    def verdict_probs(self, prompt: str, samples: Sequence[Sample], words: tuple[str, str],
+                      ats: Sequence[Sequence[int]]) -> list[list[float | None]]:
+        torch = self.gen.torch
+        yes, no = self.first_token(words[0]), self.first_token(words[1])
+        texts = [self.tokenizer(s.text, add_special_tokens=False, return_offsets_mapping=True)
+                 for s in samples]
+        head, logits = self.read_after(prompt, [t["input_ids"] for t in texts])
         out = []
         for r, (t, at) in enumerate(zip(texts, ats)):
             starts = {s: i for i, (s, _) in enumerate(t["offset_mapping"])}
@@ -102,41 +109,17 @@ class HFVerifier:
             out.append(row)
         return out
 
-
     def decision_probs(self, prompt: str, heads: Sequence[str],
                        words: tuple[str, str]) -> list[float | None]:
         """Read teacher-forced: the prompt once into a key-value cache, repeated for the heads,
-        then the heads in one right-padded pass, each read at its last token; None for every
-        head where the two words begin with the same token."""
+        then the heads in one right-padded pass (:meth:`read_after`), each read at its last
+        token; None for every head where the two words begin with the same token."""
         torch = self.gen.torch
-        from transformers import DynamicCache
-
         yes, no = self.first_token(words[0]), self.first_token(words[1])
         if yes == no or not heads:
             return [None] * len(heads)
-        prompt_ids = encode_prompt(self.tokenizer, prompt)
         rows = [self.tokenizer(h, add_special_tokens=False)["input_ids"] for h in heads]
-        k, width = len(rows), max(1, max(len(r) for r in rows))
-        self.stats.prompt_tokens += len(prompt_ids)
-        self.stats.prompt_tokens_saved += len(prompt_ids) * (k - 1)
-        device = self.gen.device
-        params = inspect.signature(self.gen.model.forward).parameters
-        kw = "cache" if "cache" in params else "past_key_values"
-        ids = torch.full((k, width), self.gen.pad_id, dtype=torch.long)
-        mask = torch.zeros((k, len(prompt_ids) + width), dtype=torch.long)
-        mask[:, :len(prompt_ids)] = 1
-        for r, row in enumerate(rows):
-            ids[r, :len(row)] = torch.tensor(row, dtype=torch.long)
-            mask[r, len(prompt_ids):len(prompt_ids) + len(row)] = 1
-        with torch.inference_mode():
-            cache = DynamicCache(config=self.gen.model.config)
-            self.gen.model(input_ids=torch.tensor([prompt_ids], device=device), **{kw: cache},
-                           use_cache=True)
-            cache.batch_repeat_interleave(k)
-            positions = torch.arange(len(prompt_ids), len(prompt_ids) + width).expand(k, -1)
-            logits = self.gen.model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                    position_ids=positions.to(device), **{kw: cache},
-                                    use_cache=True).logits.float()
+        _, logits = self.read_after(prompt, rows)
         return [float(torch.softmax(logits[r, len(row) - 1][[yes, no]], 0)[0]) if row else None
                 for r, row in enumerate(rows)]
 
