@@ -455,6 +455,7 @@ def test_whole_verifications_sampled_in_batches_equal_one_solution_at_a_time():
                             GenConfig(samples=2, max_new_tokens=12, temperature=0.7))
         scores = dict(prm.score_iter(problems, steps))
         assert sorted(scores) == list(range(len(problems)))
+        assert prm.score(problems, steps) == [scores[i] for i in range(len(problems))]   # in order
         got.append((scores, [prm.verifications_of(p, s) for p, s in zip(problems, steps)],
                     [prm.outcome_of(p, s) for p, s in zip(problems, steps)],
                     prm.stats.samples, prm.stats.tokens_generated))

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
+from prmkit.models.base import collect
 from prmkit.progress import note
 from prmkit.verify import templates as T
 from prmkit.verify.verdicts import Verdict, combine, parse_genprm, parse_whole, step_values
@@ -182,11 +183,12 @@ class GenerativePRM:
         self.model = getattr(backend, "model", None)   # and its dtype, where it runs here
 
     def score(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float | None]]:
-        return [scores for _, scores in self.score_iter(problems, steps)]
+        return collect(len(problems), self.score_iter(problems, steps))
 
     def score_iter(self, problems: Sequence[str], steps: Sequence[Sequence[str]]) -> Iterator[
             tuple[int, list[float | None]]]:
-        """``(index, step_scores)`` of each solution as it finishes, in order. The texts of
+        """``(index, step_scores)`` of each solution as it finishes: in order, or with a
+        batching backend a batch at a time, the solutions with fewest steps first. The texts of
         this call's verifications are kept until the next call (:meth:`verifications_of`)."""
         self.written.clear()   # a long-lived PRM (serve, search) keeps one call's texts at most
         self.outcomes.clear()
