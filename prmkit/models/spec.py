@@ -117,11 +117,14 @@ def resolve_model(model: str | None, backend: str = "hf", fmt: str | StepFormat 
     local = os.path.isdir(path)
     kind = folder.read_train_info(path).get("kind", "prm") if local else "prm"
     own = folder.own_format(name, path)
-    step_format = _chosen(name, fmt, own, presets)
     if kind == "implicit-prm":   # no head to check: only the format's text layout matters
+        # (with neither a format given nor its own, the opener refuses it, once its kind is
+        # known to the command: export refuses an implicit PRM whatever its format)
+        step_format = _chosen(name, fmt, own, presets) if fmt or own else None
         if isinstance(fmt, str) and own is not None and not folder.same_format(step_format, own):
             folder.say_other_format(name, fmt, own)
     else:
+        step_format = _chosen(name, fmt, own, presets)
         folder.check_head(name, path, step_format, own)
         if own is not None and not folder.same_format(step_format, own):
             _check_other_format(name, path, step_format, fmt, own, trust_remote_code)
