@@ -128,10 +128,15 @@ def _restore(rec: Record, row: dict[str, Any] | None, kind: str) -> bool:
     if row.get("step_scores") is None:
         return False
     rec.step_scores = row["step_scores"]
-    for key in WRITTEN_META:   # a generative PRM's texts and solution-level score
-        if key in (row.get("meta") or {}):
-            rec.meta[key] = row["meta"][key]
+    take_written(rec, row.get("meta") or {})   # a generative PRM's texts and outcome
     return True
+
+
+def take_written(rec: Record, meta: dict[str, Any]) -> None:
+    """What scoring wrote into ``meta`` (:data:`WRITTEN_META`), onto ``rec``."""
+    for key in WRITTEN_META:
+        if key in meta:
+            rec.meta[key] = meta[key]
 
 
 def score_records(records: Sequence[Record], prm: Any, out: str | None = None, resume: bool = True,
@@ -273,11 +278,8 @@ def _scored_on_ray(make_prm: Any, todo: list[Record], per_prefix: bool, chunk: i
     given = {r.id: r for r in todo}
     work = functools.partial(score_batch, per_prefix=per_prefix, share=share)
     for rec in ray_stream(make_prm, work, batches(todo, chunk or 64, share), ray, tally.add):
-        mine = given[rec.id]
-        for key in WRITTEN_META:   # what a generative PRM wrote on the worker
-            if key in rec.meta:
-                mine.meta[key] = rec.meta[key]
-        yield mine, rec.step_scores
+        take_written(given[rec.id], rec.meta)   # what a generative PRM wrote on the worker
+        yield given[rec.id], rec.step_scores
 
 
 def _scored(prm: PRM, todo: list[Record], per_prefix: bool, chunk: int | None,
