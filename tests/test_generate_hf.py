@@ -15,7 +15,7 @@ import tiny  # noqa: E402
 
 from prmkit.errors import PrmkitError  # noqa: E402
 from prmkit.generate.base import cut_at_stop, sample_seed  # noqa: E402
-from prmkit.generate.hf import HFGenConfig, HFGenerator, _sample, encode_prompt  # noqa: E402
+from prmkit.generate.hf import HFGenConfig, HFGenerator, _kept, _sample, encode_prompt  # noqa: E402
 
 PROMPTS = ["What is 2 + 3? Step 1:", "Natalia sold clips to 48 of her friends in April, and then",
            "+ -"]
@@ -147,6 +147,33 @@ def test_top_p_keeps_the_nucleus():
     assert seen == {0, 1, 2, 3}
 
 
+def test_top_k_then_top_p_keep_what_transformers_warpers_keep():
+    """The kept tokens against transformers' own TopK then TopP warpers (the order its
+    ``generate`` applies them in), on random logits; on ties, as many (which of the tied
+    tokens the nucleus keeps follows the sort, in both)."""
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    g = torch.Generator().manual_seed(0)
+    rows = [torch.randn(4, 50, generator=g) * 3, torch.tensor([[2.0, 1.0, 1.0, 1.0, 0.0, -1.0]])]
+    for logits in rows:
+        for top_k, top_p in [(20, 0.95), (3, 1.0), (0, 0.5), (1, 0.9), (2, 0.3)]:
+            theirs = logits.clone()
+            if top_k:
+                theirs = TopKLogitsWarper(top_k)(None, theirs)
+            if top_p < 1.0:
+                theirs = TopPLogitsWarper(top_p)(None, theirs)
+            ours = _kept(torch, logits.clone(), top_p, top_k)
+            if len(logits) > 1:
+                assert torch.equal(torch.isinf(ours), torch.isinf(theirs)), (top_k, top_p)
+            else:
+                assert int(torch.isinf(ours).sum()) == int(torch.isinf(theirs).sum())
+    # probabilities 0.5, 0.3, 0.15, 0.05: top_k 2 samples only the first two
+    logits = torch.log(torch.tensor([[0.15, 0.5, 0.05, 0.3]]))
+    seen = {int(_sample(torch, logits, [torch.Generator().manual_seed(s)], 1.0, 1.0, 2)[0])
+            for s in range(200)}
+    assert seen == {1, 3}
+
+
 def test_max_tokens_and_prompt_checks(gen):
     c = gen.generate([PROMPTS[0]], n=1, max_tokens=1, seed=0)[0][0]
     assert c.n_tokens == 1
@@ -154,6 +181,8 @@ def test_max_tokens_and_prompt_checks(gen):
         gen.generate(PROMPTS, n=0)
     with pytest.raises(PrmkitError, match="top_p"):
         gen.generate(PROMPTS, top_p=0.0)
+    with pytest.raises(PrmkitError, match="top_k"):
+        gen.generate(PROMPTS, top_k=-1)
     with pytest.raises(PrmkitError, match="stop must be a list"):
         gen.generate(PROMPTS, stop="\n")
 

@@ -138,9 +138,11 @@ def tokenizer_smollm2():
 
 def test_a_verifier_folder_s_settings_apply_where_the_user_set_none():
     saved = {"samples": 1, "temperature": 0.0, "max_new_tokens": 40}
-    assert GenConfig().resolved(saved) == GenConfig(samples=1, temperature=0.0, max_new_tokens=40)
+    assert GenConfig().resolved(saved) == GenConfig(samples=1, temperature=0.0, max_new_tokens=40,
+                                                    top_p=1.0, top_k=0)
     assert GenConfig(temperature=0.5).resolved(saved).temperature == 0.5
-    assert GenConfig().resolved() == GenConfig(samples=1, temperature=0.7, max_new_tokens=1024)
+    assert GenConfig().resolved() == GenConfig(samples=1, temperature=0.7, max_new_tokens=1024,
+                                               top_p=1.0, top_k=0)
 
 
 @pytest.mark.parametrize("extra, says", [

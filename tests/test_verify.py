@@ -11,7 +11,7 @@ import pytest
 import real_tokenizers as rt
 from prmkit.errors import PrmkitError
 from prmkit.verify import templates as T
-from prmkit.verify.prm import GenConfig, GenerativePRM, Sample
+from prmkit.verify.prm import GenConfig, GenerativePRM, Sample, Sampling
 from prmkit.verify.verdicts import Verdict, combine, parse_genprm, parse_whole, step_values
 
 PROBLEM = "What is 2 + 3 * 4?"
@@ -326,3 +326,24 @@ def test_each_template_samples_at_its_recipe_s_temperature_unless_told():
     genprm = T.get_template("genprm")
     assert GenConfig().resolved({"temperature": 0.0}, genprm).temperature == 0.0
     assert GenConfig(temperature=1.0).resolved({"temperature": 0.0}, genprm).temperature == 1.0
+    # and GenPRM's top_p 0.95 and top_k 20; the others sample from the whole distribution
+    assert prm_for("genprm", Scripted([]), 1).config.sampling == Sampling(0.6, 0.95, 20)
+    assert prm_for("thinkprm", Scripted([]), 1).config.sampling == Sampling(0.7, 1.0, 0)
+    assert GenConfig(top_k=0, top_p=1.0).resolved(None, genprm).sampling == Sampling(0.6, 1.0, 0)
+    for bad in ({"top_p": 0.0}, {"top_p": 1.5}, {"top_k": -1}):
+        with pytest.raises(PrmkitError, match="--top-"):
+            GenConfig(**bad)
+
+
+@pytest.mark.parametrize("option", [["--temperature", "0.3"], ["--top-k", "20"],
+                                    ["--samples", "4"], ["--top-p", "0.9"]])
+def test_a_generative_option_without_the_generative_backend_is_refused(tmp_path, capsys, option):
+    from prmkit.cli import main
+
+    data = tmp_path / "r.jsonl"
+    data.write_text('{"id": "a", "problem": "1 + 1?", "steps": ["2."]}\n')
+    assert main(["score", "--model", "default", "--input", str(data),
+                 "--output", str(tmp_path / "o.jsonl")] + option) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"prmkit: {option[0]} is read only with --backend generative (it sets how a " \
+                  "generative PRM samples)"

@@ -23,7 +23,7 @@ from prmkit.cli import main
 from prmkit.generate.openai import OpenAIConfig
 from prmkit.verify import templates as T
 from prmkit.verify.openai import OpenAIVerifier
-from prmkit.verify.prm import GenConfig, GenerativePRM
+from prmkit.verify.prm import GenConfig, GenerativePRM, Sampling
 from prmkit.verify.verdicts import parse_whole
 
 
@@ -152,6 +152,12 @@ def test_openai_backend_reads_the_verdicts_logprobs():
         assert all(b["repeat_penalty"] == 1.0 for b in server.bodies)
         assert len({b["seed"] for b in server.bodies}) == 3
         assert prm.stats.parsed == 3
+        # no top_k, OpenAI's API has none; top_k is sent where set (GenPRM's recipe)
+        assert all(b["top_p"] == 1.0 and "top_k" not in b for b in server.bodies)
+        server.bodies.clear()
+        backend.sample(prompt, 2, T.whole_stops(3), 64, Sampling(0.6, 0.95, 20), 0)
+        assert [(b["temperature"], b["top_p"], b["top_k"]) for b in server.bodies] == \
+            [(0.6, 0.95, 20)] * 2
     finally:
         server.close()
 
@@ -329,7 +335,7 @@ def test_prmkit_serve_serves_a_generative_prm():
 
 class VLLMParams:   # the SamplingParams fields prmkit sets, with vLLM's names
     def __init__(self, **kw):
-        assert set(kw) in ({"n", "temperature", "top_p", "max_tokens", "stop",
+        assert set(kw) in ({"n", "temperature", "top_p", "top_k", "max_tokens", "stop",
                             "include_stop_str_in_output", "logprobs", "seed"},
                            {"n", "temperature", "max_tokens", "logprobs"})   # a decision
         self.__dict__.update(kw)
@@ -392,6 +398,7 @@ def test_vllm_backend_follows_the_offline_api_and_reads_the_logprobs():
     assert scores == pytest.approx(expected(prompt, 3, 3), abs=1e-12)
     assert prm.outcome_of(PROBLEM, STEPS) == pytest.approx(expected_outcome(prompt, 3, 3))
     assert [r.stop for r in llm.requests] == [T.whole_stops(3)] * 3
+    assert [(r.top_p, r.top_k) for r in llm.requests] == [(1.0, -1)] * 3   # vLLM's -1: off
     assert prm.stats.parsed == 3 and prm.stats.prompt_tokens_saved > 0
 
 

@@ -108,8 +108,12 @@ class HFGenerator:
 
     def generate(self, prompts: Sequence[str], n: int = 1, stop: Sequence[str] = (),
                  max_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
-                 seed: int | None = None) -> list[list[Completion]]:
+                 seed: int | None = None, top_k: int = 0) -> list[list[Completion]]:
+        """:meth:`prmkit.generate.base.Generator.generate`; ``top_k`` (here alone, for the
+        generative PRMs' recipes): sample among the k likeliest tokens only (0: all)."""
         check_sampling(n, max_tokens, temperature, top_p, seed)
+        if top_k < 0:
+            raise PrmkitError(f"top_k must be 0 (off) or positive, got {top_k}")
         stop = check_stop(stop)
         encoded = [self.encode(p) for p in prompts]
         for i, ids in enumerate(encoded):
@@ -122,7 +126,7 @@ class HFGenerator:
             seeds = [sample_seed(seed, prompts[i], k) for i, k in rows]
             reps = len(batch[0][1])
             outs = self._sample_batch([encoded[i] for i, _ in batch], reps, seeds, stop,
-                                      max_tokens, temperature, top_p)
+                                      max_tokens, temperature, top_p, top_k)
             for (i, k), out in zip(rows, outs):
                 results[i][k] = out
         return results  # type: ignore[return-value]
@@ -139,7 +143,7 @@ class HFGenerator:
 
     def _sample_batch(self, prompts: list[list[int]], reps: int, seeds: list[int],
                       stop: list[str], max_tokens: int, temperature: float,
-                      top_p: float) -> list[Completion]:
+                      top_p: float, top_k: int = 0) -> list[Completion]:
         torch = self.torch
         from transformers import DynamicCache
 
@@ -173,7 +177,8 @@ class HFGenerator:
             last = positions[:, -1:]
             longest_stop = max((len(s) for s in stop), default=0)
             while True:
-                picked = _sample(torch, logits, [gens[r] for r in active], temperature, top_p)
+                picked = _sample(torch, logits, [gens[r] for r in active], temperature, top_p,
+                                 top_k)
                 self.tokens_generated += len(active)
                 for j, r in enumerate(active):
                     tok = int(picked[j])
@@ -248,20 +253,29 @@ class HFGenerator:
         return []
 
 
-def _sample(torch: Any, logits: Any, gens: list[Any], temperature: float, top_p: float) -> Any:
-    """One token per row: greedy at temperature 0, else from softmax(logits / T) restricted to
-    the top-p nucleus, each row with its own generator."""
+def _sample(torch: Any, logits: Any, gens: list[Any], temperature: float, top_p: float,
+            top_k: int = 0) -> Any:
+    """One token per row: greedy at temperature 0, else from softmax(logits / T) restricted by
+    :func:`_kept`, each row with its own generator."""
     if temperature == 0:
         return logits.argmax(dim=-1)
-    logits = logits / temperature
+    probs = _kept(torch, logits / temperature, top_p, top_k).softmax(dim=-1)
+    return torch.cat([torch.multinomial(probs[j], 1, generator=g) for j, g in enumerate(gens)])
+
+
+def _kept(torch: Any, logits: Any, top_p: float, top_k: int = 0) -> Any:
+    """``logits`` with -inf outside the ``top_k`` likeliest tokens (0: all), then outside the
+    top-p nucleus of those (the order transformers' and vLLM's samplers apply them in)."""
+    if 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
         ordered, index = logits.sort(dim=-1, descending=True)
         probs = ordered.softmax(dim=-1)
         # Drop a token when the ones above it already reach top_p (the first always stays).
         ordered[(probs.cumsum(dim=-1) - probs) >= top_p] = float("-inf")
         logits = torch.full_like(logits, float("-inf")).scatter(-1, index, ordered)
-    probs = logits.softmax(dim=-1)
-    return torch.cat([torch.multinomial(probs[j], 1, generator=g) for j, g in enumerate(gens)])
+    return logits
 
 
 # ---------------------------------------------------------------------------------------------

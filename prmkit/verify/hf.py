@@ -16,7 +16,7 @@ import inspect
 from typing import Any, Sequence
 
 from prmkit.generate.hf import HFGenerator, encode_prompt
-from prmkit.verify.prm import GenStats, Sample
+from prmkit.verify.prm import GenStats, Sample, Sampling
 
 
 class HFVerifier:
@@ -29,17 +29,18 @@ class HFVerifier:
         self.stats = GenStats()   # replaced by the PRM's own
 
     def sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
-               temperature: float, seed: int | None) -> list[Sample]:
-        return self.sample_many([prompt], n, stop, max_tokens, temperature, seed)[0]
+               sampling: Sampling, seed: int | None) -> list[Sample]:
+        return self.sample_many([prompt], n, stop, max_tokens, sampling, seed)[0]
 
     def sample_many(self, prompts: Sequence[str], n: int, stop: Sequence[str], max_tokens: int,
-                    temperature: float, seed: int | None) -> list[list[Sample]]:
+                    sampling: Sampling, seed: int | None) -> list[list[Sample]]:
         """The generator's batches (:class:`prmkit.generate.hf.HFGenerator`: sample k of a prompt
         seeded from (seed, prompt, k), as alone); a prompt with no room left scores nothing."""
         limit = self.gen.max_positions
         fits = [limit is None or len(self.gen.encode(p)) < limit for p in prompts]
         room = [p for p, ok in zip(prompts, fits) if ok]
-        made = iter(self.gen.generate(room, n, list(stop), max_tokens, temperature, 1.0, seed)
+        made = iter(self.gen.generate(room, n, list(stop), max_tokens, sampling.temperature,
+                                      sampling.top_p, seed, top_k=sampling.top_k)
                     if room else [])
         out = []
         for ok in fits:

@@ -88,10 +88,17 @@ def open_teacher(teacher: str, server_model: str, fmt: str, samples: int, max_ne
 
 def generation_of(args: Any) -> tuple[GenConfig | None, dict[str, Any] | None]:
     """The generative PRM's sampling from a command's options, and the settings an evaluation
-    records beside its figures (None, None for another backend)."""
-    if getattr(args, "backend", "hf") != "generative":
-        return None, None
+    records beside its figures (None, None for another backend, which refuses a generative
+    option given to it)."""
     import dataclasses
+
+    if getattr(args, "backend", "hf") != "generative":
+        given = [f.name for f in dataclasses.fields(GenConfig)
+                 if getattr(args, f.name, f.default) != f.default]
+        if given:
+            raise PrmkitError(f"--{given[0].replace('_', '-')} is read only with --backend "
+                              f"generative (it sets how a generative PRM samples)")
+        return None, None
 
     config = GenConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(GenConfig)})
     from prmkit.resume import config_identity

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.generate.base import sample_seed
 from prmkit.generate.openai import OpenAIConfig, OpenAIGenerator, read_completion
-from prmkit.verify.prm import GenStats, Sample, verdict_row
+from prmkit.verify.prm import GenStats, Sample, Sampling, verdict_row
 
 TOP_LOGPROBS = 20   # GenPRM's genprm_inference.py reads 20 alternatives
 
@@ -41,11 +41,13 @@ class OpenAIVerifier:
         self.stats = GenStats()
 
     def sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
-               temperature: float, seed: int | None) -> list[Sample]:
+               sampling: Sampling, seed: int | None) -> list[Sample]:
+        # top_k is not OpenAI's own parameter: sent only where set (vLLM and SGLang read it)
+        top_k = {"top_k": sampling.top_k} if sampling.top_k else {}
         bodies = [{"model": self.config.model, "prompt": prompt, "n": 1, "max_tokens": max_tokens,
-                   "temperature": temperature, "top_p": 1.0, "seed": sample_seed(seed, prompt, k),
-                   "stop": list(stop), "logprobs": TOP_LOGPROBS, **NO_PENALTY,
-                   **self.config.extra}
+                   "temperature": sampling.temperature, "top_p": sampling.top_p, **top_k,
+                   "seed": sample_seed(seed, prompt, k), "stop": list(stop),
+                   "logprobs": TOP_LOGPROBS, **NO_PENALTY, **self.config.extra}
                   for k in range(n)]
         with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool:
             answers = list(pool.map(self.client.post, bodies))

@@ -32,6 +32,16 @@ from prmkit.verify import templates as T
 from prmkit.verify.verdicts import Verdict, combine, parse_genprm, parse_whole, step_values
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How a backend samples a verification: temperature (0: greedy), then the ``top_k``
+    likeliest tokens (0: all), then the ``top_p`` nucleus of those."""
+
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0
+
+
 @dataclass
 class Sample:
     """One sampled verification: its text, why it ended, its tokens, backend data."""
@@ -46,7 +56,7 @@ class VerifierBackend(Protocol):
     stats: "GenStats"   # the PRM's own, set by it: the backend counts the prompt tokens it reads
 
     def sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
-               temperature: float, seed: int | None) -> list[Sample]:
+               sampling: Sampling, seed: int | None) -> list[Sample]:
         """``n`` verifications of one prompt (stop strings kept in the text)."""
         ...
 
@@ -68,7 +78,7 @@ class SamplesMany(Protocol):
     """A backend that samples the verifications of several prompts in one batch."""
 
     def sample_many(self, prompts: Sequence[str], n: int, stop: Sequence[str], max_tokens: int,
-                    temperature: float, seed: int | None) -> list[list[Sample]]:
+                    sampling: Sampling, seed: int | None) -> list[list[Sample]]:
         """``n`` verifications of each prompt, as :meth:`VerifierBackend.sample` gives them for
         that prompt alone (the same seeds), up to the rounding of a padded batch."""
         ...
@@ -106,7 +116,8 @@ class GenStats:
 
 DECISION = (" Yes", " No")   # ThinkPRM's decision words, the next token after its question
 BATCH = 8   # solutions whose whole verifications a batching backend samples together
-SAMPLING_DEFAULTS = {"samples": 1, "max_new_tokens": 1024, "temperature": 0.7}
+SAMPLING_DEFAULTS = {"samples": 1, "max_new_tokens": 1024, "temperature": 0.7, "top_p": 1.0,
+                     "top_k": 0}
 
 
 @dataclass
@@ -123,6 +134,14 @@ class GenConfig:
         "help": "sampling temperature of the verifications; 0 = greedy; default: the "
                 "verifier folder's saved setting, else the template's recipe's (thinkprm and "
                 "plain 0.7, genprm 0.6)"})
+    top_p: float | None = field(default=None, metadata={
+        "help": "nucleus sampling of the verifications: keep the fewest tokens whose "
+                "probability reaches top_p (after --top-k); default: the verifier folder's "
+                "saved setting, else the template's recipe's (genprm 0.95, else 1: off)"})
+    top_k: int | None = field(default=None, metadata={
+        "help": "sample among the k likeliest tokens only (0: all); default: the verifier "
+                "folder's saved setting, else the template's recipe's (genprm 20, else 0); "
+                "--server: sent as top_k, which vLLM's and SGLang's servers read"})
     verifier_seed: int = field(default=0, metadata={
         "help": "verification k of a prompt is seeded from (this seed, prompt, k)"})
     engine: str = field(default="transformers", metadata={
@@ -147,17 +166,28 @@ class GenConfig:
             raise PrmkitError(f"--samples and --max-new-tokens must be positive and "
                               f"--temperature not negative, got {self.samples}, "
                               f"{self.max_new_tokens}, {self.temperature}")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise PrmkitError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.top_k is not None and self.top_k < 0:
+            raise PrmkitError(f"--top-k must be 0 (off) or positive, got {self.top_k}")
+
+    @property
+    def sampling(self) -> Sampling:
+        """The resolved sampling settings (:meth:`resolved` first)."""
+        assert self.temperature is not None and self.top_p is not None and self.top_k is not None
+        return Sampling(self.temperature, self.top_p, self.top_k)
 
     def resolved(self, saved: Mapping[str, Any] | None = None,
                  template: T.Template | None = None) -> "GenConfig":
         """This config with each unset sampling setting taken from ``saved`` (a trained
-        verifier folder's), else from the template's recipe (its temperature), else from
-        :data:`SAMPLING_DEFAULTS`."""
+        verifier folder's), else from the template's recipe (its temperature, top-p and top-k),
+        else from :data:`SAMPLING_DEFAULTS`."""
         import dataclasses
 
         defaults = dict(SAMPLING_DEFAULTS)
         if template is not None:
-            defaults["temperature"] = template.temperature
+            defaults.update(temperature=template.temperature, top_p=template.top_p,
+                            top_k=template.top_k)
         return dataclasses.replace(self, **{
             k: (saved or {}).get(k, v) if getattr(self, k) is None else getattr(self, k)
             for k, v in defaults.items()})
@@ -248,7 +278,7 @@ class GenerativePRM:
 
     def _sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
                 seed: int) -> list[Sample]:
-        samples = self.backend.sample(prompt, n, stop, max_tokens, self.config.temperature, seed)
+        samples = self.backend.sample(prompt, n, stop, max_tokens, self.config.sampling, seed)
         self.stats.tokens_generated += sum(s.n_tokens for s in samples)
         note(verifications=self.stats.samples + n, parsed=self.stats.parsed,
              tokens=self.stats.tokens_generated)   # progress inside a solution
@@ -278,7 +308,7 @@ class GenerativePRM:
         prompts = [self._whole_prompt(p, s) for p, s in zip(problems, steps)]
         n = self.config.samples
         batch = self.backend.sample_many(prompts, n, T.whole_stops(len(steps[0])),
-                                         self.config.max_new_tokens, self.config.temperature,
+                                         self.config.max_new_tokens, self.config.sampling,
                                          self.config.verifier_seed)
         self.stats.tokens_generated += sum(s.n_tokens for row in batch for s in row)
         note(verifications=self.stats.samples + n * len(prompts), parsed=self.stats.parsed,

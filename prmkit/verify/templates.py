@@ -64,16 +64,18 @@ class Template:
     per_step: bool        # one verification per step (GenPRM), or one for all steps
     needs_chat: bool      # refuses a model without a chat template
     verdicts: str         # the verdict words: correct first, then incorrect
-    temperature: float    # the recipe's sampling temperature, the default where none is set
+    temperature: float    # the recipe's sampling settings, the defaults where none is set
+    top_p: float = 1.0
+    top_k: int = 0        # 0: off
 
 
 TEMPLATES = {
-    # ThinkPRM's prm/thinkprm_api.py samples at 0.7; GenPRM's genprm_inference.py at 0.6
-    # (with top_p 0.95 and top_k 20, which prmkit's backends do not take)
+    # ThinkPRM's prm/thinkprm_api.py samples at 0.7; GenPRM's genprm_inference.py at 0.6 with
+    # top_p 0.95 and top_k 20
     "thinkprm": Template("thinkprm", "ThinkPRM (launch/ThinkPRM-1.5B, -7B, -14B)", False, True,
                          "correct,incorrect", 0.7),
     "genprm": Template("genprm", "GenPRM (GenPRM/GenPRM-1.5B, -7B, -32B), analyze-only mode",
-                       True, True, "Yes,No", 0.6),
+                       True, True, "Yes,No", 0.6, 0.95, 20),
     "plain": Template("plain", "any instruct model: ThinkPRM's layout, the verdict format "
                       "spelled out", False, False, "correct,incorrect", 0.7),
 }

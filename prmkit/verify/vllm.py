@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.generate.base import sample_seed
 from prmkit.generate.hf import encode_prompt
-from prmkit.verify.prm import GenStats, Sample, verdict_row
+from prmkit.verify.prm import GenStats, Sample, Sampling, verdict_row
 
 TOP_LOGPROBS = 20   # GenPRM's genprm_inference.py reads 20 alternatives
 
@@ -33,9 +33,10 @@ class VLLMVerifier:
         self.stats = GenStats()
 
     def sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
-               temperature: float, seed: int | None) -> list[Sample]:
+               sampling: Sampling, seed: int | None) -> list[Sample]:
         ids = encode_prompt(self.tokenizer, prompt)
-        params = [self.SamplingParams(n=1, temperature=temperature, top_p=1.0,
+        params = [self.SamplingParams(n=1, temperature=sampling.temperature,
+                                      top_p=sampling.top_p, top_k=sampling.top_k or -1,
                                       max_tokens=max_tokens, stop=list(stop) or None,
                                       include_stop_str_in_output=True, logprobs=TOP_LOGPROBS,
                                       seed=sample_seed(seed, prompt, k)) for k in range(n)]
