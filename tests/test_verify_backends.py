@@ -296,7 +296,7 @@ def test_hf_backend_scores_reproducibly_and_counts_what_it_saves():
         prm = GenerativePRM(backend, t, T.chat_of(backend.tokenizer, t, "m"), "",
                             GenConfig(samples=3, max_new_tokens=8))
         scores = prm.score([PROBLEM], [STEPS])
-        texts = [x.text for x in backend.sample("a prompt", 3, [], 8, 0.7, 5)]
+        texts = [x.text for x in backend.sample("a prompt", 3, [], 8, Sampling(0.7), 5)]
         runs.append((scores, texts))
         assert prm.stats.samples == 3 and prm.stats.tokens_generated > 0
         assert prm.stats.prompt_tokens_saved >= 2 * prm.stats.prompt_tokens // 3 > 0

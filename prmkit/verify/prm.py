@@ -279,10 +279,15 @@ class GenerativePRM:
     def _sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
                 seed: int) -> list[Sample]:
         samples = self.backend.sample(prompt, n, stop, max_tokens, self.config.sampling, seed)
-        self.stats.tokens_generated += sum(s.n_tokens for s in samples)
-        note(verifications=self.stats.samples + n, parsed=self.stats.parsed,
-             tokens=self.stats.tokens_generated)   # progress inside a solution
+        self._sampled([samples])
         return samples
+
+    def _sampled(self, rows: Sequence[Sequence[Sample]]) -> None:
+        """Count the tokens of verifications just sampled (rows of one prompt each), and say so
+        in the progress line before they are read (progress inside a solution)."""
+        self.stats.tokens_generated += sum(s.n_tokens for row in rows for s in row)
+        note(verifications=self.stats.samples + sum(len(row) for row in rows),
+             parsed=self.stats.parsed, tokens=self.stats.tokens_generated)
 
     def _count(self, sample: Sample, parsed: bool) -> bool:
         """Count one verification; whether it scores."""
@@ -306,13 +311,11 @@ class GenerativePRM:
         """:meth:`_score_whole` of solutions with as many steps, sampled in one batch."""
         assert isinstance(self.backend, SamplesMany)
         prompts = [self._whole_prompt(p, s) for p, s in zip(problems, steps)]
-        n = self.config.samples
-        batch = self.backend.sample_many(prompts, n, T.whole_stops(len(steps[0])),
+        batch = self.backend.sample_many(prompts, self.config.samples,
+                                         T.whole_stops(len(steps[0])),
                                          self.config.max_new_tokens, self.config.sampling,
                                          self.config.verifier_seed)
-        self.stats.tokens_generated += sum(s.n_tokens for row in batch for s in row)
-        note(verifications=self.stats.samples + n * len(prompts), parsed=self.stats.parsed,
-             tokens=self.stats.tokens_generated)
+        self._sampled(batch)
         return [self._read_whole(p, s, prompt, samples)
                 for p, s, prompt, samples in zip(problems, steps, prompts, batch)]
 
