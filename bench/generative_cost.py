@@ -36,9 +36,10 @@ def prmkit_side(prm, problems, steps) -> tuple[float, int]:
     return time.perf_counter() - start, prm.stats.tokens_generated - before
 
 
-def transformers_side(prm, problems, steps, samples: int, max_new: int, temperature: float,
+def transformers_side(prm, problems, steps, samples: int, max_new: int, sampling,
                       ) -> tuple[float, int]:
-    """Seconds and generated tokens of ``generate`` on each prompt alone."""
+    """Seconds and generated tokens of ``generate`` on each prompt alone, sampling as prmkit's
+    side does (``sampling``: :class:`prmkit.verify.prm.Sampling`)."""
     import torch
 
     from prmkit.generate.hf import encode_prompt
@@ -50,12 +51,12 @@ def transformers_side(prm, problems, steps, samples: int, max_new: int, temperat
     for problem, solution in zip(problems, steps):
         prompt = T.whole_prompt(prm.template, prm.chat, problem, T.shown(solution, prm.calculator))
         ids = torch.tensor([encode_prompt(tok, prompt)])
-        sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0} \
-            if temperature > 0 else {"do_sample": False}
+        how = {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p,
+               "top_k": sampling.top_k or None} if sampling.temperature > 0 else {"do_sample": False}
         with torch.inference_mode():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
                                  num_return_sequences=samples, stop_strings=T.whole_stops(len(solution)),
-                                 tokenizer=tok, pad_token_id=gen.pad_id, **sampling)
+                                 tokenizer=tok, pad_token_id=gen.pad_id, **how)
         for row in out[:, ids.shape[1]:].tolist():
             tokens += next((i + 1 for i, t in enumerate(row) if t in (gen.pad_id, tok.eos_token_id)),
                            len(row))
@@ -97,7 +98,7 @@ def main() -> None:
     for r in range(args.repeats):
         runs["prmkit"].append(prmkit_side(prm, problems, steps))
         runs["transformers"].append(transformers_side(prm, problems, steps, cfg.samples,
-                                                      cfg.max_new_tokens, cfg.temperature))
+                                                      cfg.max_new_tokens, cfg.sampling))
         print(f"repeat {r + 1}: " + ", ".join(f"{k} {v[-1][0]:.1f} s" for k, v in runs.items()),
               file=sys.stderr)
     n = len(records)
