@@ -80,8 +80,9 @@ class SamplingConfig:
 
 
 def check_sampling(n: int, max_tokens: int, temperature: float, top_p: float,
-                   seed: int | None) -> None:
-    """Raise :class:`PrmkitError` for sampling arguments no backend accepts."""
+                   seed: int | None, top_k: int = 0) -> None:
+    """Raise :class:`PrmkitError` for sampling arguments no backend accepts (``top_k``: where a
+    backend takes it, 0 for off)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise PrmkitError(f"n must be a positive integer, got {n!r}")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -92,6 +93,8 @@ def check_sampling(n: int, max_tokens: int, temperature: float, top_p: float,
         raise PrmkitError(f"top_p must be in (0, 1], got {top_p!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise PrmkitError(f"seed must be an integer or none, got {seed!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise PrmkitError(f"top_k must be 0 (off) or positive, got {top_k!r}")
 
 
 def check_stop(stop: Sequence[str]) -> list[str]:

@@ -111,9 +111,7 @@ class HFGenerator:
                  seed: int | None = None, top_k: int = 0) -> list[list[Completion]]:
         """:meth:`prmkit.generate.base.Generator.generate`; ``top_k`` (here alone, for the
         generative PRMs' recipes): sample among the k likeliest tokens only (0: all)."""
-        check_sampling(n, max_tokens, temperature, top_p, seed)
-        if top_k < 0:
-            raise PrmkitError(f"top_k must be 0 (off) or positive, got {top_k}")
+        check_sampling(n, max_tokens, temperature, top_p, seed, top_k)
         stop = check_stop(stop)
         encoded = [self.encode(p) for p in prompts]
         for i, ids in enumerate(encoded):
