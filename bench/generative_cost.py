@@ -39,7 +39,7 @@ def prmkit_side(prm, problems, steps) -> tuple[float, int]:
 def transformers_side(prm, problems, steps, samples: int, max_new: int, sampling,
                       ) -> tuple[float, int]:
     """Seconds and generated tokens of ``generate`` on each prompt alone, sampling as prmkit's
-    side does (``sampling``: :class:`prmkit.verify.prm.Sampling`)."""
+    side does (``sampling``: :class:`prmkit.verify.backend.Sampling`)."""
     import torch
 
     from prmkit.generate.hf import encode_prompt

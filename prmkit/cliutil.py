@@ -181,6 +181,9 @@ def _add_field(parser: Any, f: dataclasses.Field, tp: Any, mark_optional: bool,
     required = default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     help_text = f.metadata.get("help", "")
     if tp is bool:
+        if default is None:   # unset: the config decides; --X or --no-X sets it
+            return parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                                       default=None, help=help_text)
         if default:
             return parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name,
                                        action="store_false",

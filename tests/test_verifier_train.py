@@ -137,12 +137,13 @@ def tokenizer_smollm2():
 
 
 def test_a_verifier_folder_s_settings_apply_where_the_user_set_none():
-    saved = {"samples": 1, "temperature": 0.0, "max_new_tokens": 40}
+    saved = {"samples": 1, "temperature": 0.0, "max_new_tokens": 40, "copy_steps": True}
     assert GenConfig().resolved(saved) == GenConfig(samples=1, temperature=0.0, max_new_tokens=40,
-                                                    top_p=1.0, top_k=0)
+                                                    top_p=1.0, top_k=0, copy_steps=True)
     assert GenConfig(temperature=0.5).resolved(saved).temperature == 0.5
+    assert GenConfig(copy_steps=False).resolved(saved).copy_steps is False
     assert GenConfig().resolved() == GenConfig(samples=1, temperature=0.7, max_new_tokens=1024,
-                                               top_p=1.0, top_k=0)
+                                               top_p=1.0, top_k=0, copy_steps=False)
 
 
 @pytest.mark.parametrize("extra, says", [
@@ -184,8 +185,8 @@ def test_a_trained_verifier_folder_scores_with_its_own_template(tmp_path, capsys
     prm = open_generative(str(out), None, GenConfig())
     assert prm.template.name == "thinkprm" and saved["calculator"] is True and prm.calculator
     assert not open_generative(str(out), None, GenConfig(), calculator=False).calculator
-    assert (prm.config.temperature, prm.config.max_new_tokens) == \
-        (0.0, saved["sampling"]["max_new_tokens"])
+    assert (prm.config.temperature, prm.config.max_new_tokens, prm.config.copy_steps) == \
+        (0.0, saved["sampling"]["max_new_tokens"], True)   # lab chains copy each step
     one = tmp_path / "one.jsonl"
     one.write_text(json.dumps(recs[0].to_dict()) + "\n")
     capsys.readouterr()
@@ -196,7 +197,9 @@ def test_a_trained_verifier_folder_scores_with_its_own_template(tmp_path, capsys
     [rec] = read_records(str(scored))
     assert len(rec.step_scores) == len(recs[0].steps)
     [text] = rec.meta["verifications"]          # one greedy verification, kept with the record
-    assert isinstance(text, str) and text
+    from prmkit.calculator import annotate
+
+    assert text.startswith(f"\nStep 1: {annotate(recs[0].steps[0])}")   # the copy is prmkit's
     assert "outcome_score" not in rec.meta   # capped at 8 tokens: no solution-level P(yes)
     assert cli.main(["score", "--model", str(out), "--input", str(one),
                      "--output", str(tmp_path / "x.jsonl")]) == 2
@@ -217,7 +220,7 @@ def test_a_verifier_file_with_a_bad_field_is_refused_by_name(tmp_path):
 
 
 def test_a_run_where_nothing_parsed_says_what_to_do():
-    from prmkit.verify.prm import GenStats
+    from prmkit.verify.backend import GenStats
 
     lines = GenStats(samples=4, parsed=0, capped=3, unparsable=1, solutions=2).summary().splitlines()
     assert len(lines) == 2 and lines[0].startswith("generative PRM: parse rate 0.0%")

@@ -11,7 +11,8 @@ import pytest
 import real_tokenizers as rt
 from prmkit.errors import PrmkitError
 from prmkit.verify import templates as T
-from prmkit.verify.prm import GenConfig, GenerativePRM, Sample, Sampling
+from prmkit.verify.backend import Sample, Sampling
+from prmkit.verify.prm import GenConfig, GenerativePRM
 from prmkit.verify.verdicts import Verdict, combine, parse_genprm, parse_whole, step_values
 
 PROBLEM = "What is 2 + 3 * 4?"
@@ -262,7 +263,7 @@ def test_verdict_row_reads_the_two_words_and_bounds_a_missing_one_by_hand():
     starting at the offset: None."""
     import math
 
-    from prmkit.verify.prm import verdict_row
+    from prmkit.verify.backend import verdict_row
 
     texts = ["\\boxed{", "correct", "}"]
     at = [len("\\boxed{")]
@@ -336,7 +337,8 @@ def test_each_template_samples_at_its_recipe_s_temperature_unless_told():
 
 
 @pytest.mark.parametrize("option", [["--temperature", "0.3"], ["--top-k", "20"],
-                                    ["--samples", "4"], ["--top-p", "0.9"]])
+                                    ["--samples", "4"], ["--top-p", "0.9"],
+                                    ["--copy-steps"], ["--no-copy-steps"]])
 def test_a_generative_option_without_the_generative_backend_is_refused(tmp_path, capsys, option):
     from prmkit.cli import main
 

@@ -23,7 +23,8 @@ from prmkit.cli import main
 from prmkit.generate.openai import OpenAIConfig
 from prmkit.verify import templates as T
 from prmkit.verify.openai import OpenAIVerifier
-from prmkit.verify.prm import GenConfig, GenerativePRM, Sampling
+from prmkit.verify.backend import Sampling
+from prmkit.verify.prm import GenConfig, GenerativePRM
 from prmkit.verify.verdicts import parse_whole
 
 
@@ -254,7 +255,7 @@ def tiny_backend():
 
 def test_hf_verdict_probs_equal_a_full_pass_per_sample():
     from prmkit.generate.hf import encode_prompt
-    from prmkit.verify.prm import Sample
+    from prmkit.verify.backend import Sample
 
     torch, tok, model, backend, prompt = tiny_backend()
     texts = ["Step 1: ok \\boxed{correct}\nStep 2: \\boxed{incorrect}",
@@ -435,7 +436,7 @@ def test_whole_verifications_sampled_in_batches_equal_one_solution_at_a_time():
     import tiny
     from prmkit.generate.hf import HFGenConfig, HFGenerator
     from prmkit.verify.hf import HFVerifier
-    from prmkit.verify.prm import SamplesMany
+    from prmkit.verify.backend import SamplesMany
 
     class Alone:   # the same backend without batches
         def __init__(self, inner):

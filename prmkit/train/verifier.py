@@ -265,11 +265,14 @@ def dev_loss(objective: Any, model: Any, examples: Sequence[Example]) -> float:
     return total / sum(sum(weights_of(e)) for e in examples)
 
 
-def sampling_of(examples: Sequence[Example]) -> dict[str, Any]:
+def sampling_of(examples: Sequence[Example], chains: str) -> dict[str, Any]:
     """The sampling a trained verifier is saved with: one greedy verification, its token cap
-    twice the longest chain it was trained on (a chain is as long as the solution it reviews)."""
+    twice the longest chain it was trained on (a chain is as long as the solution it reviews);
+    the step copies written for it where its ``chains`` begin each review with one
+    (:data:`prmkit.verify.chains.COPYING`; :mod:`prmkit.verify.copies`)."""
     longest = max(len(e.targets) for e in examples)
-    return {"samples": 1, "temperature": 0.0, "max_new_tokens": 2 * longest}
+    return {"samples": 1, "temperature": 0.0, "max_new_tokens": 2 * longest,
+            "copy_steps": chains in C.COPYING}
 
 
 def save_verifier(cfg: VerifierTrainConfig, tokenizer: Any, counts: dict[str, int],
@@ -318,7 +321,7 @@ def train_verifier(cfg: VerifierTrainConfig) -> list[dict[str, Any]]:
     torch.manual_seed(cfg.loop.seed)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, use_safetensors=True)
     model = set_trainable(model, cfg.loop)
-    pad, sampling = pad_id(tokenizer), sampling_of(examples)
+    pad, sampling = pad_id(tokenizer), sampling_of(examples, cfg.chains)
 
     objective: Any = TokenObjective(model, pad)
     if cfg.cache_frozen:

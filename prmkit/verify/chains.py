@@ -31,6 +31,7 @@ from prmkit.verify.templates import THINKPRM_END
 from prmkit.verify.verdicts import parse_whole
 
 SOURCES = ("labels", "lab", "teacher")
+COPYING = ("lab",)   # the sources whose reviews begin with the step copied as the prompt shows it
 TEMPLATES = ("thinkprm", "plain")   # the templates that verify a whole solution at once
 END = THINKPRM_END
 

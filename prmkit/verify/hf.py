@@ -16,11 +16,11 @@ import inspect
 from typing import Any, Sequence
 
 from prmkit.generate.hf import HFGenerator, encode_prompt
-from prmkit.verify.prm import GenStats, Sample, Sampling
+from prmkit.verify.backend import GenStats, Sample, Sampling
 
 
 class HFVerifier:
-    """A transformers causal LM as a :class:`prmkit.verify.prm.VerifierBackend`."""
+    """A transformers causal LM as a :class:`prmkit.verify.backend.VerifierBackend`."""
 
     def __init__(self, generator: HFGenerator):
         self.gen = generator

@@ -93,11 +93,12 @@ def generation_of(args: Any) -> tuple[GenConfig | None, dict[str, Any] | None]:
     import dataclasses
 
     if getattr(args, "backend", "hf") != "generative":
-        given = [f.name for f in dataclasses.fields(GenConfig)
+        given = [("no-" if getattr(args, f.name) is False else "") + f.name.replace("_", "-")
+                 for f in dataclasses.fields(GenConfig)
                  if getattr(args, f.name, f.default) != f.default]
         if given:
-            raise PrmkitError(f"--{given[0].replace('_', '-')} is read only with --backend "
-                              f"generative (it sets how a generative PRM samples)")
+            raise PrmkitError(f"--{given[0]} is read only with --backend generative (it sets "
+                              f"how a generative PRM samples)")
         return None, None
 
     config = GenConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(GenConfig)})

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.generate.base import sample_seed
 from prmkit.generate.openai import OpenAIConfig, OpenAIGenerator, read_completion
-from prmkit.verify.prm import GenStats, Sample, Sampling, verdict_row
+from prmkit.verify.backend import GenStats, Sample, Sampling, verdict_row
 
 TOP_LOGPROBS = 20   # GenPRM's genprm_inference.py reads 20 alternatives
 
@@ -32,7 +32,7 @@ NO_PENALTY = {"repeat_penalty": 1.0}
 
 
 class OpenAIVerifier:
-    """A model on an OpenAI-compatible server as a :class:`prmkit.verify.prm.VerifierBackend`."""
+    """A model on an OpenAI-compatible server as a :class:`prmkit.verify.backend.VerifierBackend`."""
 
     def __init__(self, config: OpenAIConfig, tokenizer: Any):
         self.client = OpenAIGenerator(config)

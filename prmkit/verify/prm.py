@@ -12,112 +12,32 @@ resumed run gives what an unbroken one gives. K samples' mean is GenPRM's Maj@K
 gives ThinkPRM's solution-level P(yes) after ``Is the solution correct?``
 (:meth:`GenerativePRM.outcome_of`).
 A backend that samples several prompts at once (:class:`SamplesMany`) gets the whole
-verifications of up to :data:`BATCH` solutions with as many steps in one call.
+verifications of up to :data:`BATCH` solutions with as many steps in one call. With
+``copy_steps`` a whole verification is written a step line at a time, the copy of each step
+prmkit's (:mod:`prmkit.verify.copies`).
 
-A backend (:class:`VerifierBackend`) samples and reads verdict probabilities; the problem and
-solution prompt is encoded once for its K samples where the backend allows it
-(``prompt_tokens_saved``).
+A backend (:class:`prmkit.verify.backend.VerifierBackend`) samples and reads verdict
+probabilities; the problem and solution prompt is encoded once for its K samples where the
+backend allows it (``prompt_tokens_saved``).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Mapping, Sequence
 
 from prmkit.models.base import collect
 from prmkit.progress import note
 from prmkit.verify import templates as T
+from prmkit.verify.backend import GenStats, Sample, SamplesMany, Sampling, VerifierBackend
+from prmkit.verify.copies import copied_verifications
 from prmkit.verify.verdicts import Verdict, combine, parse_genprm, parse_whole, step_values
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How a backend samples a verification: temperature (0: greedy), then the ``top_k``
-    likeliest tokens (0: all), then the ``top_p`` nucleus of those."""
-
-    temperature: float
-    top_p: float = 1.0
-    top_k: int = 0
-
-
-@dataclass
-class Sample:
-    """One sampled verification: its text, why it ended, its tokens, backend data."""
-
-    text: str
-    finish_reason: str      # stop, eos or length
-    n_tokens: int
-    data: Any = None        # what the backend needs to read verdict probabilities (logprobs)
-
-
-class VerifierBackend(Protocol):
-    stats: "GenStats"   # the PRM's own, set by it: the backend counts the prompt tokens it reads
-
-    def sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
-               sampling: Sampling, seed: int | None) -> list[Sample]:
-        """``n`` verifications of one prompt (stop strings kept in the text)."""
-        ...
-
-    def verdict_probs(self, prompt: str, samples: Sequence[Sample], words: tuple[str, str],
-                      ats: Sequence[Sequence[int]]) -> list[list[float | None]]:
-        """P(words[0]) / (P(words[0]) + P(words[1])) at each char offset ``ats[s]`` of each
-        sample's text (where its verdict word starts); None where it cannot be read."""
-        ...
-
-    def decision_probs(self, prompt: str, heads: Sequence[str],
-                       words: tuple[str, str]) -> list[float | None]:
-        """P(words[0]) / (P(words[0]) + P(words[1])) over the first tokens of the two words as
-        the next token after ``prompt + head``, for each head; None where it cannot be read."""
-        ...
-
-
-@runtime_checkable
-class SamplesMany(Protocol):
-    """A backend that samples the verifications of several prompts in one batch."""
-
-    def sample_many(self, prompts: Sequence[str], n: int, stop: Sequence[str], max_tokens: int,
-                    sampling: Sampling, seed: int | None) -> list[list[Sample]]:
-        """``n`` verifications of each prompt, as :meth:`VerifierBackend.sample` gives them for
-        that prompt alone (the same seeds), up to the rounding of a padded batch."""
-        ...
-
-
-@dataclass
-class GenStats:
-    """What the generative PRM did: samples, how many parsed, tokens and time."""
-
-    samples: int = 0
-    parsed: int = 0
-    capped: int = 0            # hit max_new_tokens
-    unparsable: int = 0        # ended without a verdict
-    tokens_generated: int = 0
-    prompt_tokens: int = 0     # prompt tokens the backend read
-    prompt_tokens_saved: int = 0   # read once for K samples instead of K times
-    solutions: int = 0
-    seconds: float = 0.0
-    truncated_solutions: int = 0   # what scoring.py reports for discriminative PRMs
-
-    def summary(self) -> str:
-        rate = 100.0 * self.parsed / self.samples if self.samples else 0.0
-        per = self.solutions or 1
-        return (f"generative PRM: parse rate {rate:.1f}% ({self.parsed} of {self.samples} "
-                f"verifications; {self.capped} hit --max-new-tokens, {self.unparsable} without "
-                f"a verdict); {self.tokens_generated / per:.0f} tokens generated and "
-                f"{self.seconds / per:.2f} s per solution; {self.prompt_tokens_saved} prompt "
-                f"tokens saved by reading each prompt once for its samples"
-                + ("" if self.parsed or not self.samples else
-                   "\nno verification parsed, so every score is null: this model does not write "
-                   "the template's verdicts. Use a verifier trained for it (`prmkit train "
-                   "verifier`, or a public one such as ThinkPRM's)"
-                   + (", or raise --max-new-tokens" if self.capped else "")))
-
 
 DECISION = (" Yes", " No")   # ThinkPRM's decision words, the next token after its question
 BATCH = 8   # solutions whose whole verifications a batching backend samples together
 SAMPLING_DEFAULTS = {"samples": 1, "max_new_tokens": 1024, "temperature": 0.7, "top_p": 1.0,
-                     "top_k": 0}
+                     "top_k": 0, "copy_steps": False}
 
 
 @dataclass
@@ -142,6 +62,12 @@ class GenConfig:
         "help": "sample among the k likeliest tokens only (0: all); default: the verifier "
                 "folder's saved setting, else the template's recipe's (genprm 20, else 0); "
                 "--server: sent as top_k, which vLLM's and SGLang's servers read"})
+    copy_steps: bool | None = field(default=None, metadata={
+        "help": "whole verifications (thinkprm, plain): prmkit writes each 'Step i: <step i>' "
+                "and the verifier the rest of the line, its review and verdict, step by step "
+                "up to the first step it calls incorrect (prmkit/verify/copies.py): for a "
+                "verifier whose chains copy each step (train verifier --chains lab saves it "
+                "on); default: the verifier folder's saved setting, else off"})
     verifier_seed: int = field(default=0, metadata={
         "help": "verification k of a prompt is seeded from (this seed, prompt, k)"})
     engine: str = field(default="transformers", metadata={
@@ -181,7 +107,7 @@ class GenConfig:
                  template: T.Template | None = None) -> "GenConfig":
         """This config with each unset sampling setting taken from ``saved`` (a trained
         verifier folder's), else from the template's recipe (its temperature, top-p and top-k),
-        else from :data:`SAMPLING_DEFAULTS`."""
+        else from :data:`SAMPLING_DEFAULTS` (``copy_steps`` too)."""
         import dataclasses
 
         defaults = dict(SAMPLING_DEFAULTS)
@@ -204,6 +130,11 @@ class GenerativePRM:
         self.chat = chat
         self.eos = eos
         self.config = (config or GenConfig()).resolved(None, template)   # unset: the defaults
+        if self.config.copy_steps and template.per_step:
+            from prmkit.errors import PrmkitError
+
+            raise PrmkitError(f"--copy-steps writes the step lines of a whole verification "
+                              f"(thinkprm, plain); {template.name} verifies one step per turn")
         self.stats = GenStats()
         backend.stats = self.stats   # the backend counts the prompt tokens it reads
         self.words = tuple(template.verdicts.split(","))
@@ -279,15 +210,15 @@ class GenerativePRM:
     def _sample(self, prompt: str, n: int, stop: Sequence[str], max_tokens: int,
                 seed: int) -> list[Sample]:
         samples = self.backend.sample(prompt, n, stop, max_tokens, self.config.sampling, seed)
-        self._sampled([samples])
+        self._made(sum(s.n_tokens for s in samples), len(samples))
         return samples
 
-    def _sampled(self, rows: Sequence[Sequence[Sample]]) -> None:
-        """Count the tokens of verifications just sampled (rows of one prompt each), and say so
-        in the progress line before they are read (progress inside a solution)."""
-        self.stats.tokens_generated += sum(s.n_tokens for row in rows for s in row)
-        note(verifications=self.stats.samples + sum(len(row) for row in rows),
-             parsed=self.stats.parsed, tokens=self.stats.tokens_generated)
+    def _made(self, tokens: int, verifications: int = 0) -> None:
+        """Count the tokens just sampled (of ``verifications`` finished ones, not yet read),
+        and say so in the progress line (progress inside a solution)."""
+        self.stats.tokens_generated += tokens
+        note(verifications=self.stats.samples + verifications, parsed=self.stats.parsed,
+             tokens=self.stats.tokens_generated)
 
     def _count(self, sample: Sample, parsed: bool) -> bool:
         """Count one verification; whether it scores."""
@@ -309,13 +240,8 @@ class GenerativePRM:
     def _score_whole_many(self, problems: Sequence[str], steps: Sequence[list[str]],
                           ) -> list[list[float | None]]:
         """:meth:`_score_whole` of solutions with as many steps, sampled in one batch."""
-        assert isinstance(self.backend, SamplesMany)
         prompts = [self._whole_prompt(p, s) for p, s in zip(problems, steps)]
-        batch = self.backend.sample_many(prompts, self.config.samples,
-                                         T.whole_stops(len(steps[0])),
-                                         self.config.max_new_tokens, self.config.sampling,
-                                         self.config.verifier_seed)
-        self._sampled(batch)
+        batch = self._sample_whole(prompts, steps)
         return [self._read_whole(p, s, prompt, samples)
                 for p, s, prompt, samples in zip(problems, steps, prompts, batch)]
 
@@ -413,34 +339,28 @@ class GenerativePRM:
     def _whole_samples(self, problem: str, steps: list[str]) -> tuple[str, list[Sample]]:
         """The prompt of a whole verification of ``steps`` and its ``samples`` verifications."""
         prompt = self._whole_prompt(problem, steps)
-        return prompt, self._sample(prompt, self.config.samples, T.whole_stops(len(steps)),
-                                    self.config.max_new_tokens, self.config.verifier_seed)
+        return prompt, self._sample_whole([prompt], [steps])[0]
+
+    def _sample_whole(self, prompts: Sequence[str], steps: Sequence[Sequence[str]],
+                      ) -> list[list[Sample]]:
+        """The ``samples`` whole verifications of each prompt (of solutions with as many steps
+        where there are several: one batch); the step copies written for the verifier with
+        ``copy_steps`` (:mod:`prmkit.verify.copies`)."""
+        c = self.config
+        if c.copy_steps:
+            rows = copied_verifications(self.backend, prompts,
+                                        [T.shown(s, self.calculator) for s in steps], c.samples,
+                                        c.max_new_tokens, c.sampling, c.verifier_seed, self._made)
+            self._made(0, sum(len(row) for row in rows))
+            return rows
+        stops = T.whole_stops(len(steps[0]))
+        if len(prompts) == 1:
+            return [self._sample(prompts[0], c.samples, stops, c.max_new_tokens, c.verifier_seed)]
+        assert isinstance(self.backend, SamplesMany)
+        rows = self.backend.sample_many(prompts, c.samples, stops, c.max_new_tokens, c.sampling,
+                                        c.verifier_seed)
+        self._made(sum(s.n_tokens for row in rows for s in row), sum(len(row) for row in rows))
+        return rows
 
     def _whole_prompt(self, problem: str, steps: Sequence[str]) -> str:
         return T.whole_prompt(self.template, self.chat, problem, T.shown(steps, self.calculator))
-
-
-def verdict_row(texts: Sequence[str], tops: Sequence[Mapping[Any, float]], at: Sequence[int],
-                yes: Any, no: Any) -> list[float | None]:
-    """P(yes) / (P(yes) + P(no)) of one sample from a backend's top logprobs, at the token
-    where each verdict word starts (``at``: character offsets in the sample's text, whose
-    tokens are ``texts``); ``yes`` and ``no`` are the keys the backend's alternatives use. Where
-    one word is among the alternatives and the other is not, the other's log-probability is
-    taken as the least listed, a bound on it (GenPRM's ``get_reward_score``); None where no
-    token starts there or neither word is listed."""
-    starts: dict[int, int] = {}
-    pos = 0
-    for i, t in enumerate(texts):
-        starts.setdefault(pos, i)
-        pos += len(t)
-    row: list[float | None] = []
-    for a in at:
-        i = starts.get(a)
-        top = tops[i] if i is not None and i < len(tops) else {}
-        if (yes in top or no in top) and yes != no:
-            least = min(top.values())
-            p, q = math.exp(top.get(yes, least)), math.exp(top.get(no, least))
-            row.append(p / (p + q))
-        else:
-            row.append(None)
-    return row

@@ -18,13 +18,13 @@ from typing import Any, Sequence
 from prmkit.errors import PrmkitError
 from prmkit.generate.base import sample_seed
 from prmkit.generate.hf import encode_prompt
-from prmkit.verify.prm import GenStats, Sample, Sampling, verdict_row
+from prmkit.verify.backend import GenStats, Sample, Sampling, verdict_row
 
 TOP_LOGPROBS = 20   # GenPRM's genprm_inference.py reads 20 alternatives
 
 
 class VLLMVerifier:
-    """A ``vllm.LLM`` as a :class:`prmkit.verify.prm.VerifierBackend`."""
+    """A ``vllm.LLM`` as a :class:`prmkit.verify.backend.VerifierBackend`."""
 
     def __init__(self, llm: Any, sampling_params_cls: Any):
         self.llm = llm

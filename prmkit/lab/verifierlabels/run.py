@@ -140,7 +140,9 @@ def verifier_stage(config: VerifierLabelsConfig, train: Sequence[Record], test: 
         open(os.path.join(folder, "done"), "w").close()
     say.stage(4, f"the verifier trained on {len(train)} candidates' chains")
     records = [Record(**{**r.to_dict(), "step_scores": None}) for r in test]
-    result = score_records(records, lambda: open_generative(folder, None, GenConfig()),
+    # the verifier samples its step copies itself, as when the protocol was fixed
+    result = score_records(records, lambda: open_generative(folder, None,
+                                                            GenConfig(copy_steps=False)),
                            os.path.join(config.output, "verifier_scored.jsonl"),
                            header=Header("lab verifier-labels", {"model": folder}))
     stats = result.prm.stats if result.prm is not None else None
