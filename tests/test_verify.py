@@ -349,3 +349,18 @@ def test_a_generative_option_without_the_generative_backend_is_refused(tmp_path,
     err = capsys.readouterr().err.strip()
     assert err == f"prmkit: {option[0]} is read only with --backend generative (it sets how a " \
                   "generative PRM samples)"
+
+
+@pytest.mark.parametrize("option", [["--token-budget", "100"], ["--max-length", "64"],
+                                    ["--per-prefix"]])
+def test_a_discriminative_option_with_the_generative_backend_is_refused(tmp_path, capsys, option):
+    from prmkit.cli import main
+
+    data = tmp_path / "r.jsonl"
+    data.write_text('{"id": "a", "problem": "1 + 1?", "steps": ["2."]}\n')
+    assert main(["score", "--backend", "generative", "--model", "smollm2-135m", "--input",
+                 str(data), "--output", str(tmp_path / "o.jsonl")] + option) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"prmkit: {option[0]} is read only by a discriminative PRM (--backend hf or " \
+                  "vllm); a generative PRM's cost is set by --samples and --max-new-tokens"
+    assert not (tmp_path / "o.jsonl").exists()

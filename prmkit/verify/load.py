@@ -89,7 +89,8 @@ def open_teacher(teacher: str, server_model: str, fmt: str, samples: int, max_ne
 def generation_of(args: Any) -> tuple[GenConfig | None, dict[str, Any] | None]:
     """The generative PRM's sampling from a command's options, and the settings an evaluation
     records beside its figures (None, None for another backend, which refuses a generative
-    option given to it)."""
+    option given to it; the generative backend refuses the options only a discriminative PRM
+    reads)."""
     import dataclasses
 
     if getattr(args, "backend", "hf") != "generative":
@@ -100,7 +101,15 @@ def generation_of(args: Any) -> tuple[GenConfig | None, dict[str, Any] | None]:
             raise PrmkitError(f"--{given[0]} is read only with --backend generative (it sets "
                               f"how a generative PRM samples)")
         return None, None
+    from prmkit.models.reading import HFConfig
 
+    # what reads a discriminative PRM's forward passes, with their defaults
+    for name, default in (("per_prefix", False), ("token_budget", HFConfig.token_budget),
+                          ("max_length", None)):
+        if getattr(args, name, default) != default:
+            raise PrmkitError(f"--{name.replace('_', '-')} is read only by a discriminative PRM "
+                              f"(--backend hf or vllm); a generative PRM's cost is set by "
+                              f"--samples and --max-new-tokens")
     config = GenConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(GenConfig)})
     from prmkit.resume import config_identity
 
