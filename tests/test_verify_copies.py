@@ -190,3 +190,14 @@ def test_transformers_batches_equal_one_line_per_call(monkeypatch):
             expected.append(text)
         assert prm.verifications_of(problem, solution) == expected
     assert lines > 2 * len(problems)   # lines after the first step were sampled
+
+
+def test_a_line_s_token_texts_are_cut_to_spell_it():
+    """A server may stop inside a token (at the newline of ``.\\n\\n``), add back the stop
+    string its tokens lack, or return token texts that disagree with its text: the tokens kept
+    spell the line, and the rest has no alternatives."""
+    a, b = {"x": -0.1}, {"y": -0.2}
+    assert copies.spelled("ok.\n", ["ok", ".\n\n"], [a, b]) == (["ok", ".\n"], [a, b])
+    assert copies.spelled("ok.\n", ["ok", "."], [a, b]) == (["ok", ".", "\n"], [a, b, {}])
+    assert copies.spelled("ok.\n", ["o", "x", "k"], [a, b, a]) == (["o", "k.\n"], [a, {}])
+    assert copies.spelled("ok", ["ok", "more"], [a, b]) == (["ok"], [a])

@@ -27,7 +27,9 @@ class Sample:
     text: str
     finish_reason: str      # stop, eos or length
     n_tokens: int
-    data: Any = None        # what the backend needs to read verdict probabilities (logprobs)
+    # (token texts, top logprobs) where the backend reads verdict probabilities from them
+    # (a server, vLLM); None where it reads them teacher-forced (transformers)
+    data: Any = None
 
 
 class VerifierBackend(Protocol):

@@ -61,18 +61,36 @@ class _Chain:
         if got.data is None:
             self.pieces = None
             return
-        texts, tops = got.data
-        written = "".join(texts)
-        if not got.text.startswith(written):   # the token texts do not spell the line
-            texts, tops = [got.text], [{}]
-        elif written != got.text:   # a stop string the server added after its tokens
-            texts, tops = [*texts, got.text[len(written):]], [*tops, {}]
+        texts, tops = spelled(got.text, *got.data)
         self.pieces.extend(texts)
         self.tops.extend(tops)
 
     def sample(self) -> Sample:
         data = None if self.pieces is None else (self.pieces, self.tops)
         return Sample(self.text, self.finish, self.tokens, data)
+
+
+def spelled(text: str, texts: Sequence[str], tops: Sequence[Any]) -> tuple[list[str], list[Any]]:
+    """A line's token texts and top logprobs cut to spell ``text``: the tokens while they do,
+    the last one cut where the text ends inside it (a server that stops inside a token, such as
+    at the newline of ``.\n\n``), and what the tokens do not spell (a stop string the server
+    added, or text its tokens disagree with) as one piece with no alternatives."""
+    pieces: list[str] = []
+    kept: list[Any] = []
+    at = 0
+    for token, top in zip(texts, tops):
+        if at >= len(text):
+            break
+        part = text[at:at + len(token)]
+        if not token.startswith(part):
+            break
+        pieces.append(part)
+        kept.append(top)
+        at += len(part)
+    if at < len(text):
+        pieces.append(text[at:])
+        kept.append({})
+    return pieces, kept
 
 
 def copied_verifications(backend: VerifierBackend, prompts: Sequence[str],
