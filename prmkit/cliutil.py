@@ -9,8 +9,9 @@ builds the nested config back. A field with ``metadata={"cli": False}`` is not a
 with ``metadata={"identity": False}`` is an option outside a resume's identity (prmkit.resume).
 It also holds the checks every command gets before it runs: an output path that is one of the
 inputs is refused, and an empty input file is named. ARCHITECTURE.md, "Layers": this module
-imports only the errors, prmkit.resume's markers and the dtypes of prmkit.models.reading at its
-top (the options of scaling out, inside their functions), so every CLI module may import it.
+imports only the errors, prmkit.resume's markers and prmkit.models.reading's dtypes and
+HFConfig at its top (the options of scaling out, inside their functions), so every CLI module
+may import it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import typing
 from typing import Any
 
 from prmkit.errors import PrmkitError
-from prmkit.models.reading import DTYPES
+from prmkit.models.reading import DTYPES, HFConfig
 from prmkit.resume import in_identity, outside_identity
 
 EPILOG_RECORDS = ("Records are JSONL, one object per line, with the fields id, problem, steps, "
@@ -110,7 +111,7 @@ def add_model_run_options(p: Any, dtype_help: str, max_length_help: str) -> None
     (the fields of :class:`prmkit.models.reading.HFConfig`)."""
     add_dtype_option(p, help=dtype_help)
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    p.add_argument("--token-budget", type=int, default=16384,
+    p.add_argument("--token-budget", type=int, default=HFConfig.token_budget,
                    help="maximum padded tokens per forward pass")
     p.add_argument("--max-length", type=int, default=None, help=max_length_help)
 

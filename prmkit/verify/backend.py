@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
+CHAIN_SEED = 7919   # chain k of a solution samples with seed + CHAIN_SEED * k (genprm, copies)
+
 
 @dataclass(frozen=True)
 class Sampling:

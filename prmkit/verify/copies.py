@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from prmkit.verify import templates as T
-from prmkit.verify.backend import Sample, SamplesMany, Sampling, VerifierBackend
+from prmkit.verify.backend import CHAIN_SEED, Sample, SamplesMany, Sampling, VerifierBackend
 from prmkit.verify.verdicts import parse_whole
 
 LINE_STOPS = ("\n", T.THINKPRM_END, "</think>")   # a line ends; the last two end the verification
-CHAIN_SEED = 7919   # chain k samples with seed + CHAIN_SEED * k
 
 
 @dataclass

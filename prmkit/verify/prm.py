@@ -30,7 +30,8 @@ from typing import Any, Iterator, Mapping, Sequence
 from prmkit.models.base import collect
 from prmkit.progress import note
 from prmkit.verify import templates as T
-from prmkit.verify.backend import GenStats, Sample, SamplesMany, Sampling, VerifierBackend
+from prmkit.verify.backend import CHAIN_SEED, GenStats, Sample, SamplesMany, Sampling, \
+    VerifierBackend
 from prmkit.verify.copies import copied_verifications
 from prmkit.verify.verdicts import Verdict, combine, parse_genprm, parse_whole, step_values
 
@@ -298,7 +299,7 @@ class GenerativePRM:
                                       self.config.max_new_tokens, self.config.verifier_seed)
             else:
                 firsts = [self._sample(p, 1, [T.GENPRM_ANALYZE_STOP], self.config.max_new_tokens,
-                                       self.config.verifier_seed + 7919 * c)[0]
+                                       self.config.verifier_seed + CHAIN_SEED * c)[0]
                           for c, p in enumerate(prompts)]
             for c, (prompt, first) in enumerate(zip(prompts, firsts)):
                 value, text = self._genprm_verdict(prompt, first, c)
@@ -314,7 +315,7 @@ class GenerativePRM:
             return None, first.text
         head = prompt + first.text + T.GENPRM_OUTPUT
         out = self._sample(head, 1, [T.GENPRM_OUTPUT_STOP], T.GENPRM_OUTPUT_TOKENS,
-                           self.config.verifier_seed + 7919 * chain + 1)[0]
+                           self.config.verifier_seed + CHAIN_SEED * chain + 1)[0]
         verdict = parse_genprm(out.text)
         text = first.text + T.GENPRM_OUTPUT + out.text
         if verdict is None:   # the verdict comes first: a cut after it still counts
